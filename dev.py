@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Set up and run forkgym from a source checkout with nothing but Python >= 3.10.
+
+    python3 dev.py run     # the main job (now: grade the bundled sample answers)
+    python3 dev.py test    # the whole test suite (--quick skips tests marked slow)
+    python3 dev.py lint    # ruff check + ruff format --check
+    python3 dev.py bench   # every script in benchmarks/
+
+Each command creates (or reuses) a project-local virtual environment, ``.venv`` unless
+``FORKGYM_VENV`` names another, and installs forkgym into it in editable mode with the extras
+the command needs. Reinstalling happens only when pyproject.toml or the extras change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("FORKGYM_VENV", ROOT / ".venv"))
+STAMP = VENV / ".forkgym-install"
+
+
+def _bin(name: str) -> Path:
+    folder = "Scripts" if os.name == "nt" else "bin"
+    suffix = ".exe" if os.name == "nt" else ""
+    return VENV / folder / f"{name}{suffix}"
+
+
+def _run(*cmd: object) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], cwd=ROOT, check=True)
+
+
+def ensure_env(extras: str = "") -> Path:
+    """Create the venv if needed and install forkgym[extras] unless already up to date."""
+    if sys.version_info < (3, 10):  # noqa: UP036 - dev.py may be started by an older python3
+        sys.exit(f"forkgym needs Python >= 3.10; this is {sys.version.split()[0]}")
+    python = _bin("python")
+    if not python.exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    if not STAMP.exists() or STAMP.read_text() != key:
+        target = f".[{extras}]" if extras else "."
+        _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", target)
+        STAMP.write_text(key)
+    return python
+
+
+def _exec(python: Path, *args: str) -> int:
+    print("+", python.name, " ".join(args), flush=True)
+    return subprocess.run([str(python), *args], cwd=ROOT).returncode
+
+
+def main(argv: list[str]) -> int:
+    command, rest = (argv[0], argv[1:]) if argv else ("help", [])
+    if command == "run":
+        python = ensure_env()
+        return _exec(python, "-m", "forkgym", "verify", "--sample", *rest)
+    if command == "test":
+        python = ensure_env("dev")
+        if "--quick" in rest:
+            rest = [a for a in rest if a != "--quick"] + ["-m", "not slow"]
+        return _exec(python, "-m", "pytest", *rest)
+    if command == "lint":
+        python = ensure_env("dev")
+        return _exec(python, "-m", "ruff", "check", ".") or _exec(
+            python, "-m", "ruff", "format", "--check", "."
+        )
+    if command == "bench":
+        python = ensure_env("dev,bench")
+        scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+        return max((_exec(python, str(s.relative_to(ROOT)), *rest) for s in scripts), default=0)
+    print(__doc__)
+    return 0 if command in {"help", "-h", "--help"} else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,305 @@
+"""The ``forkgym`` command line. Each sub-command is a thin shell over the library API."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from importlib.resources import files
+from itertools import islice
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from forkgym import __version__
+
+app = typer.Typer(
+    name="forkgym",
+    help="Reproducible text environments, honest verifiers and critic-free RL for LMs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",
+)
+
+SAMPLE_ANSWERS = "data/sample_answers.jsonl"
+MAX_REPORTED_INPUT_ERRORS = 10
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"forkgym {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version",
+            callback=_version_callback,
+            is_eager=True,
+            help="Show the version and exit.",
+        ),
+    ] = None,
+) -> None:
+    """forkgym: Gymnasium text environments, verifiers and critic-free policy-gradient training."""
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+
+class InputError(ValueError):
+    """A JSONL input file has rows that cannot be graded; carries every problem found."""
+
+
+def _read_rows(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Non-blank lines with their 1-based line numbers, undecoded (decoding is validation)."""
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if raw.strip():
+                yield lineno, raw
+
+
+def _parse_row(lineno: int, raw: bytes) -> dict[str, Any]:
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"line {lineno}: not valid UTF-8 ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"line {lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise InputError(f"line {lineno}: expected a JSON object, got {type(row).__name__}")
+    for key in ("reference", "response"):
+        if key not in row:
+            raise InputError(f"line {lineno}: missing {key!r}")
+        if not isinstance(row[key], str):
+            raise InputError(
+                f"line {lineno}: {key!r} must be a string, got {type(row[key]).__name__}"
+            )
+    if "id" in row and not isinstance(row["id"], (str, int)):
+        raise InputError(f"line {lineno}: 'id' must be a string or an integer")
+    return row
+
+
+def validate_jsonl(path: Path) -> int:
+    """Check every row before grading anything; returns the row count or raises InputError."""
+    problems: list[str] = []
+    count = 0
+    for lineno, raw in _read_rows(path):
+        count += 1
+        try:
+            _parse_row(lineno, raw)
+        except InputError as exc:
+            problems.append(str(exc))
+    if problems:
+        shown = problems[:MAX_REPORTED_INPUT_ERRORS]
+        more = len(problems) - len(shown)
+        tail = f"\n... and {more} more" if more else ""
+        raise InputError(f"{len(problems)} malformed row(s) in {path}:\n" + "\n".join(shown) + tail)
+    return count
+
+
+def _output_row(row: dict[str, Any], outcome: Any) -> dict[str, Any]:
+    out = dict(row)
+    out.update(
+        status=outcome.status.value,
+        reward=outcome.reward,
+        extracted=outcome.extracted,
+        latency_ms=round(outcome.latency_ms, 3),
+        details=outcome.details,
+    )
+    return out
+
+
+def _status_table(counts: Counter[str], rewards: list[float], elapsed: float, title: str) -> Table:
+    from forkgym.verifiers import Status
+
+    total = sum(counts.values())
+    table = Table(title=title)
+    table.add_column("status")
+    table.add_column("count", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("kind")
+    for status in Status:
+        n = counts.get(status.value, 0)
+        kind = "infrastructure (no reward)" if status.is_infrastructure else "policy"
+        table.add_row(status.value, str(n), f"{n / total:.1%}" if total else "-", kind)
+    mean = f"{sum(rewards) / len(rewards):.3f} over {len(rewards)}" if rewards else "n/a"
+    rate = f"{total / elapsed:,.0f}/s" if elapsed > 0 else "-"
+    table.caption = f"{total} graded in {elapsed:.2f} s ({rate}); mean reward {mean} rewarded items"
+    return table
+
+
+@contextmanager
+def jsonl_sink(out_path: Path | None) -> Iterator[TextIO | None]:
+    """Where graded rows go: nowhere, stdout (``-``), or a file that appears only when complete.
+
+    Rows are written to a temporary file beside the target and renamed into place at the end,
+    so an interrupted run never leaves a truncated file that looks finished.
+    """
+    if out_path is None:
+        yield None
+        return
+    if str(out_path) == "-":
+        yield sys.stdout
+        return
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out_path.name}.", dir=out_path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
+        os.replace(tmp_name, out_path)
+    except BaseException:
+        os.unlink(tmp_name)
+        raise
+
+
+def grade_file(
+    verifier: Any,
+    in_path: Path,
+    out_path: Path | None,
+    batch_size: int,
+    show_progress: bool,
+    console: Console,
+) -> tuple[Counter[str], list[float], float]:
+    """Validate, then grade a JSONL file in batches, keeping the input order in the output."""
+    total = validate_jsonl(in_path)
+    counts: Counter[str] = Counter()
+    rewards: list[float] = []
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("grading"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show_progress,
+    )
+    with jsonl_sink(out_path) as sink, progress:
+        task = progress.add_task("grading", total=total)
+        rows = (_parse_row(n, raw) for n, raw in _read_rows(in_path))
+        while batch := list(islice(rows, batch_size)):
+            outcomes = verifier.verify_many([(r["reference"], r["response"]) for r in batch])
+            for row, outcome in zip(batch, outcomes, strict=True):
+                counts[outcome.status.value] += 1
+                if outcome.reward is not None:
+                    rewards.append(outcome.reward)
+                if sink is not None:
+                    sink.write(json.dumps(_output_row(row, outcome)) + "\n")
+            progress.advance(task, len(batch))
+    return counts, rewards, time.perf_counter() - start
+
+
+@app.command()
+def verify(
+    reference: Annotated[
+        str | None, typer.Option("--reference", "-r", help="Reference answer (LaTeX or plain).")
+    ] = None,
+    response: Annotated[
+        str | None,
+        typer.Option(
+            "--response", "-s", help="Model response to grade; its last \\boxed{} is the answer."
+        ),
+    ] = None,
+    input: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            "-i",
+            help="JSONL file with rows {reference, response, id?}.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write graded JSONL rows ('-' for stdout)."),
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option("--sample", help="Grade the bundled sample of answers.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
+    ] = 5.0,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Worker processes (default: CPU count; 0 = in-process, no hard limit)."),
+    ] = None,
+    extract: Annotated[
+        list[str],
+        typer.Option(
+            help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, answer_is, last_number."
+        ),
+    ] = ["boxed"],  # noqa: B006
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Rows graded per batch in file mode.")
+    ] = 256,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the single outcome as JSON.")
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show a progress bar in file mode.")
+    ] = True,
+) -> None:
+    """Grade one answer (--reference/--response) or a JSONL file (--input/--output).
+
+    Each output row repeats the input row and adds status, reward, extracted, latency_ms and
+    details. Statuses: correct, incorrect, invalid (no answer found or unparseable), truncated,
+    timeout and error (infrastructure: reward null, never a wrong answer).
+    """
+    from forkgym.verifiers import MathVerifier
+
+    single = reference is not None or response is not None
+    modes = int(single) + int(input is not None) + int(sample)
+    if modes != 1:
+        raise typer.BadParameter("give exactly one of --reference/--response, --input or --sample")
+    if single and (reference is None or response is None):
+        raise typer.BadParameter("--reference and --response go together")
+    if input is not None and output is None:
+        raise typer.BadParameter("--input needs --output (a path, or '-' for stdout)")
+    try:
+        verifier = MathVerifier(timeout=timeout, workers=workers, extract=extract)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    with closing(verifier):  # the pool starts only if a symbolic answer needs it
+        if single:
+            outcome = verifier.verify(reference, response)  # type: ignore[arg-type]
+            if as_json:
+                typer.echo(json.dumps(outcome.to_dict()))
+            else:
+                reward = "none" if outcome.reward is None else f"{outcome.reward:g}"
+                typer.echo(
+                    f"{outcome.status.value}  reward={reward}  extracted={outcome.extracted!r}  "
+                    f"({outcome.latency_ms:.1f} ms, {outcome.details.get('path', 'extraction')})"
+                )
+            return
+        in_path = Path(str(files("forkgym.verifiers") / SAMPLE_ANSWERS)) if sample else input
+        console = Console(stderr=output is not None and str(output) == "-")
+        try:
+            counts, rewards, elapsed = grade_file(
+                verifier, in_path, output, batch_size, progress, console
+            )
+        except InputError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(code=2) from None
+        console.print(
+            _status_table(counts, rewards, elapsed, title=f"forkgym verify: {in_path.name}")
+        )
+        if output is not None and str(output) != "-":
+            console.print(f"wrote {sum(counts.values())} rows to {output}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,86 @@
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forkgym.verifiers import AnswerExtractor, register_extractor
+from forkgym.verifiers.extract import EXTRACTORS, last_boxed, strip_math_delimiters
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{42}", "42"),
+        (r"so $\boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
+        (r"\boxed{1} then \boxed{2}", "2"),
+        (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces do not close the box
+        (r"\boxed {7}", "7"),
+        (r"$\boxed 3$", "3"),
+        (r"\fbox{5}", "5"),
+        (r"\boxed{a} and \fbox{b}", "b"),
+        (r"\boxed{x} \boxedtext", "x"),  # \boxedtext is another command
+        (r"\boxed{}", ""),
+        ("no box here", None),
+        (r"cut off \boxed{12", None),  # the last box is broken: no answer, not an older box
+        (r"\boxed{1} then \boxed{2", None),
+        ("\\boxed", None),
+    ],
+)
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+@given(
+    prefix=st.text(alphabet=st.characters(blacklist_characters="\\")),
+    body=st.text(alphabet=st.characters(blacklist_characters="\\{}")),
+)
+def test_last_boxed_finds_any_plain_body(prefix, body):
+    assert last_boxed(prefix + r"\boxed{" + body + "}") == body
+
+
+@given(st.text())
+def test_extraction_never_raises(text):
+    result = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "last_number"])(text)
+    assert result.answer is None or result.answer.strip() == result.answer
+
+
+def test_extraction_is_linear_on_long_responses():
+    text = ("blah { " * 50_000) + r"\boxed{7}"
+    assert AnswerExtractor()(text).answer == "7"
+
+
+def test_strategies_and_reasons():
+    extract = AnswerExtractor(["answer_tag", "gsm8k", "boxed"])
+    assert extract("<answer>5</answer> and \\boxed{6}").answer == "5"
+    found = extract("steps\n#### 1,234")
+    assert (found.answer, found.strategy) == ("1,234", "gsm8k")
+    assert AnswerExtractor(["answer_is"])("Thus the answer is $12$.").answer == "12"
+    assert AnswerExtractor(["last_number"])("3 apples and 4.5 pears").answer == "4.5"
+    assert AnswerExtractor()("nothing").reason == "no_answer"
+    assert AnswerExtractor()(r"\boxed{ }").reason == "empty_answer"
+    assert AnswerExtractor()(r"\boxed{$ $}").reason == "empty_answer"
+
+
+def test_custom_regex_and_registry():
+    extract = AnswerExtractor([r"ANSWER:\s*(\S+)"])
+    assert extract("ANSWER: 1 ... ANSWER: 2").answer == "2"
+    assert AnswerExtractor([re.compile(r"=\s*(\d+)$")])("x = 41").answer == "41"
+    with pytest.raises(ValueError, match="neither a registered extractor"):
+        AnswerExtractor(["(unclosed"])
+    with pytest.raises(ValueError):
+        AnswerExtractor([])
+    register_extractor("_test_first_word", lambda text: text.split()[0] if text.split() else None)
+    try:
+        assert AnswerExtractor(["_test_first_word"])("hello world").answer == "hello"
+        with pytest.raises(ValueError, match="already registered"):
+            register_extractor("_test_first_word", lambda text: None)
+    finally:
+        del EXTRACTORS["_test_first_word"]
+
+
+def test_strip_math_delimiters():
+    assert strip_math_delimiters("  $5$ ") == "5"
+    assert strip_math_delimiters(r"\(x\)") == "x"
+    assert strip_math_delimiters("$$1$$") == "1"
+    assert strip_math_delimiters("$") == "$"

@@ -1,0 +1,74 @@
+"""The pool's hard limits, tested with builtins so workers need no test code.
+
+``pow(9, 9**9)`` is one long C call that no Python-level signal handler can interrupt,
+``os._exit`` is a crash, and ``bytearray(10 GiB)`` exceeds the workers' address-space cap.
+"""
+
+import os
+import time
+
+import pytest
+
+from forkgym.verifiers import Status
+from forkgym.verifiers.worker_pool import WorkerPool, failure_status
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = WorkerPool(2, memory_limit_mb=1024)
+    pool.start()
+    yield pool
+    pool.close()
+
+
+def _outcome(future, timeout):
+    try:
+        return "ok", future.result()
+    except BaseException as exc:
+        return failure_status(exc, timeout)
+
+
+def test_a_stuck_c_call_is_killed_within_the_limit(pool):
+    start = time.perf_counter()
+    status, details = _outcome(pool.submit(pow, 9, 9**9, timeout=1.0), 1.0)
+    elapsed = time.perf_counter() - start
+    assert status is Status.TIMEOUT and details["reason"] == "time_limit"
+    assert elapsed < 2.0
+    assert pool.submit(sum, [1, 2, 3], timeout=1.0).result() == 6
+
+
+def test_a_crashed_worker_is_an_error_for_that_item_only(pool):
+    crashed = pool.submit(os._exit, 7, timeout=5.0)
+    fine = pool.submit(abs, -4, timeout=5.0)
+    status, details = _outcome(crashed, 5.0)
+    assert status is Status.ERROR and details == {"reason": "worker_crashed", "exitcode": 7}
+    assert fine.result() == 4
+    assert pool.submit(abs, -5, timeout=5.0).result() == 5
+
+
+def test_memory_limit_becomes_a_timeout_status(pool):
+    status, details = _outcome(pool.submit(bytearray, 10 * 2**30, timeout=5.0), 5.0)
+    assert status is Status.TIMEOUT and details["reason"] == "memory_limit"
+    assert pool.submit(len, "abc", timeout=5.0).result() == 3
+
+
+def test_worker_exceptions_are_errors(pool):
+    status, details = _outcome(pool.submit(int, "not a number", timeout=5.0), 5.0)
+    assert status is Status.ERROR and details["reason"] == "worker_exception"
+    assert "ValueError" in details["exception"]
+
+
+def test_closed_pool_restarts_on_next_submit():
+    pool = WorkerPool(1)
+    try:
+        assert pool.submit(abs, -1, timeout=10).result() == 1
+        pool.close()
+        assert not pool.started
+        assert pool.submit(abs, -2, timeout=10).result() == 2
+    finally:
+        pool.close()
+
+
+def test_rejects_empty_pool():
+    with pytest.raises(ValueError):
+        WorkerPool(0)

@@ -1,0 +1,174 @@
+"""Final-answer extraction: find the one answer a response commits to, in linear time.
+
+forkgym extracts the final answer itself before any grading library sees the text. Handing a
+whole response to a grader lets it combine several candidates (``\\boxed{1} ... \\boxed{2}``
+read as the set {1, 2}) or pick an intermediate number; extraction here is explicit, takes the
+*last* match of a strategy, and never backtracks, so a 200 kB response costs a single scan.
+
+Strategies are looked up by name in :data:`EXTRACTORS`; a string that is not a registered name
+is compiled as a regular expression whose first group (or whole match) is the answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = ["EXTRACTORS", "AnswerExtractor", "Extraction", "last_boxed", "register_extractor"]
+
+Extractor = Callable[[str], "str | None"]
+
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+
+
+def _box_argument(text: str, start: int) -> str | None:
+    """The argument of a box command whose name ends at ``start``; None if malformed."""
+    n = len(text)
+    i = start
+    while i < n and text[i] in " \t":
+        i += 1
+    if i >= n:
+        return None
+    if text[i] == "{":
+        depth = 0
+        j = i
+        while j < n:
+            ch = text[j]
+            if ch == "\\":  # an escaped character (\{, \}, \\) never opens or closes a group
+                j += 2
+                continue
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[i + 1 : j]
+            j += 1
+        return None  # unbalanced: the response was cut off inside its answer
+    if i == start:  # `\boxedfoo` is a different command, not a box
+        return None
+    # `\boxed 5`: TeX takes a single token; accept a run up to whitespace or `$`.
+    j = i
+    while j < n and text[j] not in " \t\n$":
+        j += 1
+    return text[i:j]
+
+
+def last_boxed(text: str) -> str | None:
+    """Contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none.
+
+    Only the last box counts: if it is malformed (unbalanced braces, as in a truncated
+    response), the answer is missing rather than silently replaced by an earlier box.
+    """
+    end = len(text)
+    while True:
+        pos, name = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
+        if pos < 0:
+            return None
+        after = pos + len(name)
+        if after < len(text) and text[after].isalpha():  # e.g. \boxedtext: keep looking left
+            end = pos
+            continue
+        return _box_argument(text, after)
+
+
+_GSM8K = re.compile(r"####[ \t]*([^\n]*)")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER_IS = re.compile(r"answer is:?[ \t]*\$?([^\n$]*)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _last_group(pattern: re.Pattern[str]) -> Extractor:
+    def extract(text: str) -> str | None:
+        last = None
+        for last in pattern.finditer(text):  # noqa: B007 - we want the final match
+            pass
+        if last is None:
+            return None
+        return last.group(1) if pattern.groups else last.group(0)
+
+    return extract
+
+
+def _answer_is(text: str) -> str | None:
+    found = _last_group(_ANSWER_IS)(text)
+    return None if found is None else found.strip().rstrip(".")
+
+
+EXTRACTORS: dict[str, Extractor] = {
+    "boxed": last_boxed,
+    "gsm8k": _last_group(_GSM8K),  # "#### 42" as in GSM8K solutions
+    "answer_tag": _last_group(_ANSWER_TAG),  # <answer>...</answer>
+    "answer_is": _answer_is,  # "... the answer is 42."
+    "last_number": _last_group(_NUMBER),
+}
+
+
+def register_extractor(name: str, fn: Extractor) -> None:
+    """Add a named strategy usable in ``AnswerExtractor(patterns=[name])``."""
+    if name in EXTRACTORS:
+        raise ValueError(f"extractor {name!r} is already registered")
+    EXTRACTORS[name] = fn
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """What extraction found: the answer (None if nothing) and which strategy found it."""
+
+    answer: str | None
+    strategy: str | None
+    reason: str | None = None  # why nothing usable was found: "no_answer" or "empty_answer"
+
+
+class AnswerExtractor:
+    """Tries strategies in order; the first that yields a non-empty answer wins.
+
+    ``patterns`` holds names from :data:`EXTRACTORS` or regular expressions (strings that are
+    not registered names, or compiled patterns). The default is the last ``\\boxed{}``.
+    """
+
+    def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ("boxed",)) -> None:
+        self.names: list[str] = []
+        self._fns: list[Extractor] = []
+        for pattern in patterns:
+            if isinstance(pattern, re.Pattern):
+                self.names.append(pattern.pattern)
+                self._fns.append(_last_group(pattern))
+            elif pattern in EXTRACTORS:
+                self.names.append(pattern)
+                self._fns.append(EXTRACTORS[pattern])
+            else:
+                try:
+                    compiled = re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(
+                        f"{pattern!r} is neither a registered extractor "
+                        f"({', '.join(sorted(EXTRACTORS))}) nor a valid regex: {exc}"
+                    ) from exc
+                self.names.append(pattern)
+                self._fns.append(_last_group(compiled))
+        if not self._fns:
+            raise ValueError("at least one extraction pattern is required")
+
+    def __call__(self, text: str) -> Extraction:
+        saw_empty = False
+        for name, fn in zip(self.names, self._fns, strict=True):
+            found = fn(text)
+            if found is None:
+                continue
+            found = strip_math_delimiters(found)
+            if found:
+                return Extraction(found, name)
+            saw_empty = True
+        return Extraction(None, None, "empty_answer" if saw_empty else "no_answer")
+
+
+def strip_math_delimiters(answer: str) -> str:
+    """Trim whitespace and one pair of enclosing ``$...$``/``\\(...\\)``/``\\[...\\]``."""
+    s = answer.strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+            s = s[len(left) : len(s) - len(right)].strip()
+            break
+    return s

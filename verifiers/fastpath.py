@@ -1,0 +1,96 @@
+"""Exact grading of plain numbers without sympy: integers, decimals and simple fractions.
+
+Most answers in arithmetic and GSM8K-style tasks are plain numbers; parsing them with
+:class:`fractions.Fraction` is three orders of magnitude cheaper than a symbolic library and
+exact. The fast path only *decides* when the verdict cannot differ from the full grader's:
+
+* both sides parse as rationals and are equal -> correct;
+* both differ and neither is a decimal within rounding distance of the other -> incorrect;
+* anything else (units, percentages, near-equal decimals such as ``0.333333`` for ``1/3``,
+  which the full grader accepts under its rounding rule) -> ``None``: ask math-verify.
+
+Inputs longer than :data:`MAX_FAST_CHARS` are never parsed here (Python's int parsing is
+quadratic in the digit count and capped by ``sys.int_info``), so the fast path is bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+__all__ = ["MAX_FAST_CHARS", "FastNumber", "fast_compare", "parse_number"]
+
+MAX_FAST_CHARS = 64
+# Decimals closer than this (relative) to the other side may be accepted by the full grader's
+# rounding rule (it keeps ~6 significant decimals); such pairs are never decided here.
+_NEAR = Fraction(1, 10**4)
+
+_INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 1234 or 1,234 (groups of exactly three)
+_DECIMAL = re.compile(rf"([+-]?)({_INT})(?:\.(\d+))?|([+-]?)\.(\d+)")
+_SLASH = re.compile(r"([+-]?)(\d+)/(\d+)")
+_FRAC = re.compile(r"([+-]?)\\[dt]?frac\{([+-]?)(\d+)\}\{(\d+)\}")
+
+
+class FastNumber:
+    """A parsed plain number: its exact value and whether it was written as a decimal."""
+
+    __slots__ = ("decimal", "value")
+
+    def __init__(self, value: Fraction, decimal: bool) -> None:
+        self.value = value
+        self.decimal = decimal
+
+    def __repr__(self) -> str:
+        return f"FastNumber({self.value!s}, decimal={self.decimal})"
+
+
+def _normalise(text: str) -> str:
+    s = text.strip()
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s[1:-1].strip()
+    # TeX spellings of a thousands separator: 10{,}000 and 10,\!000
+    return s.replace("{,}", ",").replace(",\\!", ",")
+
+
+def parse_number(text: str) -> FastNumber | None:
+    """Parse ``text`` if it is a plain integer, decimal or simple fraction; else ``None``."""
+    if len(text) > MAX_FAST_CHARS:
+        return None
+    s = _normalise(text)
+    m = _DECIMAL.fullmatch(s)
+    if m:
+        if m.group(2) is not None:
+            sign, whole, frac = m.group(1), m.group(2).replace(",", ""), m.group(3)
+        else:
+            sign, whole, frac = m.group(4), "0", m.group(5)
+        value = Fraction(int(whole))
+        if frac:
+            value += Fraction(int(frac), 10 ** len(frac))
+        return FastNumber(-value if sign == "-" else value, decimal=bool(frac))
+    m = _SLASH.fullmatch(s) or _FRAC.fullmatch(s)
+    if m:
+        groups = m.groups()
+        signs, num, den = groups[:-2], int(groups[-2]), int(groups[-1])
+        if den == 0:
+            return None
+        negative = sum(sign == "-" for sign in signs) % 2 == 1
+        value = Fraction(num, den)
+        return FastNumber(-value if negative else value, decimal=False)
+    return None
+
+
+def fast_compare(reference: str, answer: str) -> bool | None:
+    """True/False when both sides are plain numbers and the verdict is certain, else None."""
+    ref = parse_number(reference)
+    if ref is None:
+        return None
+    got = parse_number(answer)
+    if got is None:
+        return None
+    if ref.value == got.value:
+        return True
+    if ref.decimal or got.decimal:
+        scale = max(abs(ref.value), abs(got.value), Fraction(1))
+        if abs(ref.value - got.value) <= _NEAR * scale:
+            return None  # a rounding question: the full grader's rule decides
+    return False

@@ -1,0 +1,307 @@
+"""Math answer verification: extraction, an exact fast path, and math-verify in a killable pool.
+
+A verification goes through three stages, cheapest first:
+
+1. extraction (in the caller, linear time): the final answer or ``invalid``;
+2. the exact fast path (in the caller, microseconds): plain integers, decimals and fractions;
+3. math-verify + sympy in a :class:`~forkgym.verifiers.worker_pool.WorkerPool` worker, under a
+   hard wall-clock limit; a killed or crashed worker becomes ``timeout`` / ``error`` for that
+   item only.
+
+``workers=0`` runs stage 3 in the calling thread instead: fastest for trusted inputs and
+benchmarks, but then nothing can stop a pathological expression, so never use it on untrusted
+model output in a server.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+from typing import Any
+
+from .extract import AnswerExtractor, last_boxed, strip_math_delimiters
+from .fastpath import fast_compare
+from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
+from .worker_pool import WorkerPool, failure_status
+
+__all__ = ["MathVerifier", "reference_answer"]
+
+_WORKER_MODULE = "forkgym.verifiers.math_worker"
+_CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
+
+
+@lru_cache(maxsize=4096)
+def reference_answer(reference: str) -> str | None:
+    """The answer a reference states: its last ``\\boxed{}`` if it has one, else the text."""
+    if "\\boxed" in reference or "\\fbox" in reference:
+        boxed = last_boxed(reference)
+        return strip_math_delimiters(boxed) if boxed is not None else None
+    return strip_math_delimiters(reference) or None
+
+
+def _grade_in_worker(*args: Any) -> tuple[str, dict[str, Any]]:
+    """Runs in a worker. A trampoline, so the caller never imports math-verify (and sympy)."""
+    from .math_worker import grade
+
+    return grade(*args)
+
+
+@dataclass
+class _Item:
+    """One pair on its way through the stages.
+
+    Its latency is the time spent on it, not the time it sat behind other items of the same
+    batch: preparation time plus, for pool items, submission to completion.
+    """
+
+    start: float
+    extracted: str | None = None
+    strategy: str | None = None
+    key: tuple[str, str] | None = None  # (reference answer, extracted answer) for the pool
+    status: Status | None = None
+    details: dict[str, Any] | None = None
+    end: float | None = None
+    prepared: float = 0.0  # when stages 1-2 finished without a verdict
+    queued_s: float = 0.0  # time between preparation and submission, excluded from latency
+
+
+class MathVerifier:
+    """Grades a response against a reference answer into an :class:`Outcome`.
+
+    Thread-safe: one instance (and its pool) is meant to be shared by every thread of a
+    process. Use it as a context manager, or call :meth:`close`, to stop the workers.
+
+    Args:
+        timeout: hard wall-clock limit in seconds for one math-verify comparison, counted from
+            when a worker starts it.
+        workers: worker processes (default: CPU count); ``0`` grades in the calling thread.
+        extract: extraction strategies (see :class:`AnswerExtractor`), default last ``\\boxed``.
+        rewards: status -> reward map for policy statuses.
+        fast_path: grade plain numbers exactly without sympy.
+        cache_size: verdicts remembered per (reference, answer); 0 disables. Timeouts and
+            errors are never cached.
+        memory_limit_mb: address-space cap of each worker (a huge expression fails as
+            ``timeout`` with reason ``memory_limit`` instead of swapping the machine).
+    """
+
+    name = "math"
+
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        workers: int | None = None,
+        *,
+        extract: Iterable[str] = ("boxed",),
+        rewards: RewardMap = DEFAULT_REWARDS,
+        fast_path: bool = True,
+        cache_size: int = 4096,
+        memory_limit_mb: int | None = 4096,
+        float_rounding: int = 6,
+        numeric_precision: int = 15,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if workers is None:
+            workers = os.cpu_count() or 1
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        self.timeout = float(timeout)
+        self.workers = workers
+        self.extractor = AnswerExtractor(extract)
+        self.rewards = rewards
+        self.fast_path = fast_path
+        self.cache_size = cache_size
+        self.float_rounding = float_rounding
+        self.numeric_precision = numeric_precision
+        self._cache: OrderedDict[tuple[str, str], tuple[Status, dict[str, Any]]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._pool: WorkerPool | None = None
+        if workers > 0:
+            self._pool = WorkerPool(
+                workers, preload=[_WORKER_MODULE], memory_limit_mb=memory_limit_mb
+            )
+            self._finalizer = weakref.finalize(self, self._pool.close)
+
+    # -- identity ------------------------------------------------------------------------------
+
+    @cached_property
+    def version(self) -> str:
+        """Changes whenever a verdict could change: forkgym, math-verify and grading options."""
+        from forkgym import __version__
+
+        try:
+            mv = _dist_version("math-verify")
+        except PackageNotFoundError:  # pragma: no cover - a broken install
+            mv = "unknown"
+        return (
+            f"forkgym-{__version__}+math-verify-{mv}"
+            f";extract={','.join(self.extractor.names)}"
+            f";round={self.float_rounding};precision={self.numeric_precision}"
+        )
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def start(self) -> MathVerifier:
+        """Start and warm the worker pool now rather than on the first symbolic answer."""
+        if self._pool is not None:
+            self._pool.start()
+        return self
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> MathVerifier:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- grading -------------------------------------------------------------------------------
+
+    def verify(self, reference: str, response: str) -> Outcome:
+        """Grade one response. Never raises for odd content; raises TypeError for non-strings."""
+        return self.verify_many([(reference, response)])[0]
+
+    def verify_many(self, pairs: Iterable[Sequence[str]]) -> list[Outcome]:
+        """Grade many ``(reference, response)`` pairs; outcomes come back in the same order.
+
+        Identical pairs are graded once, and submissions are windowed so every worker always
+        has its next item queued without flooding memory on very long inputs.
+        """
+        items: list[_Item] = []
+        todo: dict[tuple[str, str], list[_Item]] = {}
+        for pair in pairs:
+            reference, response = pair
+            item = self._prepare(reference, response)
+            items.append(item)
+            if item.status is None:
+                todo.setdefault(item.key, []).append(item)  # type: ignore[arg-type]
+        if todo:
+            self._grade_symbolic(todo)
+        return [self._outcome(item) for item in items]
+
+    def _prepare(self, reference: str, response: str) -> _Item:
+        """Stages 1 and 2; leaves ``status`` unset when the pool has to decide."""
+        if not isinstance(reference, str) or not isinstance(response, str):
+            raise TypeError(
+                "reference and response must be str, got "
+                f"{type(reference).__name__} and {type(response).__name__}"
+            )
+        item = _Item(start=time.perf_counter())
+        ref = reference_answer(reference)
+        if ref is None:
+            return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
+        found = self.extractor(response)
+        item.extracted, item.strategy = found.answer, found.strategy
+        if found.answer is None:
+            return self._done(item, Status.INVALID, {"reason": found.reason})
+        item.key = (ref, found.answer)
+        if self.cache_size:
+            with self._cache_lock:
+                hit = self._cache.get(item.key)
+                if hit is not None:
+                    self._cache.move_to_end(item.key)
+            if hit is not None:
+                return self._done(item, hit[0], {**hit[1], "path": "cache"})
+        if self.fast_path:
+            verdict = fast_compare(ref, found.answer)
+            if verdict is not None:
+                status = Status.CORRECT if verdict else Status.INCORRECT
+                return self._done(item, status, {"path": "fast"})
+        item.prepared = time.perf_counter()
+        return item
+
+    @staticmethod
+    def _done(item: _Item, status: Status, details: dict[str, Any]) -> _Item:
+        item.status, item.details, item.end = status, details, time.perf_counter()
+        return item
+
+    def _grade_symbolic(self, todo: dict[tuple[str, str], list[_Item]]) -> None:
+        """Stage 3 for every distinct pending key; fills in the waiting items."""
+        if self._pool is None:
+            for key, waiting in todo.items():
+                self._mark_started(waiting)
+                try:
+                    status, details = self._grade_inline(key)
+                except Exception as exc:  # an inline crash is this item's error, not the caller's
+                    status, details = failure_status(exc, None)
+                self._resolve(key, waiting, Status(status), details)
+            return
+
+        pending = deque(todo)
+        in_flight: dict[Future, tuple[str, str]] = {}
+        window = 2 * self.workers
+        while pending or in_flight:
+            while pending and len(in_flight) < window:
+                key = pending.popleft()
+                self._mark_started(todo[key])
+                try:
+                    future = self._pool.submit(
+                        _grade_in_worker,
+                        *key,
+                        self.float_rounding,
+                        self.numeric_precision,
+                        timeout=self.timeout,
+                    )
+                except Exception as exc:  # the pool cannot start: every item says so
+                    self._resolve(key, todo[key], *failure_status(exc, self.timeout))
+                    continue
+                in_flight[future] = key
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                key = in_flight.pop(future)
+                try:
+                    status, details = future.result()
+                    status = Status(status)
+                except BaseException as exc:
+                    status, details = failure_status(exc, self.timeout)
+                self._resolve(key, todo[key], status, details)
+
+    @staticmethod
+    def _mark_started(waiting: list[_Item]) -> None:
+        """Time spent waiting behind other items of the batch is not this item's latency."""
+        now = time.perf_counter()
+        for item in waiting:
+            item.queued_s = now - item.prepared
+
+    def _grade_inline(self, key: tuple[str, str]) -> tuple[str, dict[str, Any]]:
+        from .math_worker import grade
+
+        return grade(*key, self.float_rounding, self.numeric_precision)
+
+    def _resolve(
+        self, key: tuple[str, str], waiting: list[_Item], status: Status, details: dict[str, Any]
+    ) -> None:
+        if self.cache_size and status in _CACHEABLE:
+            with self._cache_lock:
+                self._cache[key] = (status, details)
+                self._cache.move_to_end(key)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        for item in waiting:
+            self._done(item, status, {**details, "path": "math_verify"})
+
+    def _outcome(self, item: _Item) -> Outcome:
+        assert item.status is not None and item.details is not None and item.end is not None
+        details = dict(item.details)
+        if item.strategy is not None:
+            details["strategy"] = item.strategy
+        return Outcome.from_status(
+            item.status,
+            self.rewards,
+            extracted=item.extracted,
+            details=details,
+            verifier=self.name,
+            verifier_version=self.version,
+            latency_ms=(item.end - item.start - item.queued_s) * 1e3,
+        )

@@ -1,0 +1,74 @@
+"""The part of math grading that runs inside a worker process (math-verify + sympy).
+
+This module is preloaded by the pool's fork server, so every worker starts with math-verify
+imported and warmed. It returns plain strings and dicts only: sympy objects are never pickled
+or stringified here (printing some of them can hang), and math-verify's own ``signal.alarm``
+timeouts are switched off because the pool enforces a hard wall-clock limit from outside.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from typing import Any
+
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+__all__ = ["grade", "warm_up"]
+
+for _name in ("math_verify", "latex2sympy2_extended"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+
+_CONFIG = (LatexExtractionConfig(), ExprExtractionConfig())
+
+
+def _parse_answer(answer: str) -> list[Any]:
+    # The answer is already extracted; boxing it makes math-verify parse exactly this text.
+    return parse("\\boxed{" + answer + "}", list(_CONFIG), parsing_timeout=None)
+
+
+@lru_cache(maxsize=2048)
+def _parse_reference(reference: str) -> tuple[Any, ...]:
+    return tuple(_parse_answer(reference))
+
+
+def grade(
+    reference: str,
+    answer: str,
+    float_rounding: int = 6,
+    numeric_precision: int = 15,
+) -> tuple[str, dict[str, Any]]:
+    """Compare an extracted answer with a reference; returns ``(status value, details)``."""
+    try:
+        gold = _parse_reference(reference)
+    except MemoryError:
+        return "timeout", {"reason": "memory_limit", "stage": "parse_reference"}
+    if not gold:
+        return "error", {"reason": "reference_unparseable"}
+    try:
+        pred = _parse_answer(answer)
+    except MemoryError:
+        return "timeout", {"reason": "memory_limit", "stage": "parse_answer"}
+    if not pred:
+        return "invalid", {"reason": "unparseable_answer"}
+    try:
+        ok = verify(
+            list(gold),
+            pred,
+            float_rounding=float_rounding,
+            numeric_precision=numeric_precision,
+            timeout_seconds=None,
+        )
+    except MemoryError:
+        return "timeout", {"reason": "memory_limit", "stage": "verify"}
+    return ("correct" if ok else "incorrect"), {}
+
+
+def warm_up() -> None:
+    """Exercise the parsers once so the first real request does not pay for lazy set-up."""
+    grade("\\frac{1}{2}", "0.5")
+    grade("x^2+1", "1+x^2")
+    grade("[0,1)", "(1,2)")
+
+
+warm_up()
