@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("FORKGYM_VENV", ROOT / ".venv"))
 STAMP = VENV / ".forkgym-install"
+TORCH = os.environ.get("FORKGYM_TORCH", "torch==2.13.0")
 
 
 def _bin(name: str) -> Path:
@@ -44,8 +45,13 @@ def ensure_env(extras: str = "") -> Path:
     if not python.exists():
         print(f"creating virtual environment in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
-    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    key = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + extras.encode() + TORCH.encode()
+    ).hexdigest()
     if not STAMP.exists() or STAMP.read_text() != key:
+        # The CPU build of torch first: left to the resolver, `torch` pulls a multi-GB CUDA
+        # build. FORKGYM_TORCH overrides the requirement (e.g. a CUDA build on a GPU machine).
+        _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", TORCH)
         target = f".[{extras}]" if extras else "."
         _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", target)
         STAMP.write_text(key)
