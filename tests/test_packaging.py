@@ -33,6 +33,8 @@ def test_wheel_holds_only_the_forkgym_package(wheel):
     for sub in SUBPACKAGES:
         assert f"forkgym/{sub}/__init__.py" in names
     assert "forkgym/verifiers/data/sample_answers.jsonl" in names
+    assert "forkgym/envs/data/gsm8k_sample.jsonl" in names and "forkgym/envs/sandbox_runner.py" in names
+    assert "forkgym/cli/__init__.py" in names
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
 
 
@@ -42,6 +44,8 @@ def test_installed_wheel_imports_as_subpackages_only(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import forkgym.verifiers, forkgym.envs, forkgym.agents, forkgym.store, forkgym.services\n"
+        "import gymnasium as gym, forkgym.cli\n"
+        "gym.make('forkgym/MathDataset-v0').reset(seed=0)\n"
         f"assert forkgym.verifiers.__file__.startswith({str(site)!r}), forkgym.verifiers.__file__\n"
         "for name in ('agents', 'verifiers', 'envs', 'store', 'services'):\n"
         "    try:\n"

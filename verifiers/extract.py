@@ -15,15 +15,25 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["EXTRACTORS", "AnswerExtractor", "Extraction", "last_boxed", "register_extractor"]
+__all__ = [
+    "EXTRACTORS",
+    "AnswerExtractor",
+    "Extraction",
+    "last_boxed",
+    "last_boxed_span",
+    "register_extractor",
+]
 
-Extractor = Callable[[str], "str | None"]
+Span = tuple[int, int]
+# A strategy returns the raw answer text and its span in the response (None if the answer is
+# not a substring of it), or None when it finds nothing.
+Finder = Callable[[str], "tuple[str, Span | None] | None"]
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
-def _box_argument(text: str, start: int) -> str | None:
-    """The argument of a box command whose name ends at ``start``; None if malformed."""
+def _box_argument(text: str, start: int) -> Span | None:
+    """Span of the argument of a box command whose name ends at ``start``; None if malformed."""
     n = len(text)
     i = start
     while i < n and text[i] in " \t":
@@ -43,7 +53,7 @@ def _box_argument(text: str, start: int) -> str | None:
             elif ch == "}":
                 depth -= 1
                 if depth == 0:
-                    return text[i + 1 : j]
+                    return i + 1, j
             j += 1
         return None  # unbalanced: the response was cut off inside its answer
     if i == start:  # `\boxedfoo` is a different command, not a box
@@ -52,11 +62,11 @@ def _box_argument(text: str, start: int) -> str | None:
     j = i
     while j < n and text[j] not in " \t\n$":
         j += 1
-    return text[i:j]
+    return i, j
 
 
-def last_boxed(text: str) -> str | None:
-    """Contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``); None if there is none.
+def last_boxed_span(text: str) -> Span | None:
+    """Span of the contents of the last ``\\boxed{...}`` (or ``\\fbox{...}``); None if none.
 
     Only the last box counts: if it is malformed (unbalanced braces, as in a truncated
     response), the answer is missing rather than silently replaced by an earlier box.
@@ -73,43 +83,82 @@ def last_boxed(text: str) -> str | None:
         return _box_argument(text, after)
 
 
+def last_boxed(text: str) -> str | None:
+    """Contents of the last ``\\boxed{...}``; see :func:`last_boxed_span`."""
+    span = last_boxed_span(text)
+    return None if span is None else text[span[0] : span[1]]
+
+
 _GSM8K = re.compile(r"####[ \t]*([^\n]*)")
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ANSWER_IS = re.compile(r"answer is:?[ \t]*\$?([^\n$]*)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
-def _last_group(pattern: re.Pattern[str]) -> Extractor:
-    def extract(text: str) -> str | None:
+def _spanned(find_span: Callable[[str], Span | None]) -> Finder:
+    def find(text: str) -> tuple[str, Span | None] | None:
+        span = find_span(text)
+        return None if span is None else (text[span[0] : span[1]], span)
+
+    return find
+
+
+def _last_match(pattern: re.Pattern[str]) -> Callable[[str], Span | None]:
+    def find_span(text: str) -> Span | None:
         last = None
         for last in pattern.finditer(text):  # noqa: B007 - we want the final match
             pass
         if last is None:
             return None
-        return last.group(1) if pattern.groups else last.group(0)
+        return last.span(1) if pattern.groups else last.span(0)
 
-    return extract
-
-
-def _answer_is(text: str) -> str | None:
-    found = _last_group(_ANSWER_IS)(text)
-    return None if found is None else found.strip().rstrip(".")
+    return find_span
 
 
-EXTRACTORS: dict[str, Extractor] = {
-    "boxed": last_boxed,
-    "gsm8k": _last_group(_GSM8K),  # "#### 42" as in GSM8K solutions
-    "answer_tag": _last_group(_ANSWER_TAG),  # <answer>...</answer>
-    "answer_is": _answer_is,  # "... the answer is 42."
-    "last_number": _last_group(_NUMBER),
+def _answer_tag_span(text: str) -> Span | None:
+    """The last ``<answer>...</answer>``, found from the end (a lazy regex is quadratic)."""
+    close = text.rfind("</answer>")
+    if close < 0:
+        return None
+    open_ = text.rfind("<answer>", 0, close)
+    return None if open_ < 0 else (open_ + len("<answer>"), close)
+
+
+def _answer_is_span(text: str) -> Span | None:
+    span = _last_match(_ANSWER_IS)(text)
+    if span is None:
+        return None
+    start, end = span
+    while end > start and text[end - 1] in " \t.":
+        end -= 1
+    return start, end
+
+
+EXTRACTORS: dict[str, Finder] = {
+    "boxed": _spanned(last_boxed_span),
+    "gsm8k": _spanned(_last_match(_GSM8K)),  # "#### 42" as in GSM8K solutions
+    "answer_tag": _spanned(_answer_tag_span),  # <answer>...</answer>
+    "answer_is": _spanned(_answer_is_span),  # "... the answer is 42."
+    "last_number": _spanned(_last_match(_NUMBER)),
 }
 
 
-def register_extractor(name: str, fn: Extractor) -> None:
-    """Add a named strategy usable in ``AnswerExtractor(patterns=[name])``."""
+def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
+    """Add a named strategy usable in ``AnswerExtractor(patterns=[name])``.
+
+    ``fn`` returns the answer text or None. When the answer is a substring of the response,
+    its last occurrence is reported as the span; otherwise the span is None.
+    """
     if name in EXTRACTORS:
         raise ValueError(f"extractor {name!r} is already registered")
-    EXTRACTORS[name] = fn
+
+    def find(text: str) -> tuple[str, Span | None] | None:
+        found = fn(text)
+        if found is None:
+            return None
+        start = text.rfind(found)
+        return found, ((start, start + len(found)) if start >= 0 else None)
+
+    EXTRACTORS[name] = find
 
 
 @dataclass(frozen=True)
@@ -119,6 +168,7 @@ class Extraction:
     answer: str | None
     strategy: str | None
     reason: str | None = None  # why nothing usable was found: "no_answer" or "empty_answer"
+    span: Span | None = None  # where the raw answer sits in the response
 
 
 class AnswerExtractor:
@@ -130,11 +180,11 @@ class AnswerExtractor:
 
     def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ("boxed",)) -> None:
         self.names: list[str] = []
-        self._fns: list[Extractor] = []
+        self._fns: list[Finder] = []
         for pattern in patterns:
             if isinstance(pattern, re.Pattern):
                 self.names.append(pattern.pattern)
-                self._fns.append(_last_group(pattern))
+                self._fns.append(_spanned(_last_match(pattern)))
             elif pattern in EXTRACTORS:
                 self.names.append(pattern)
                 self._fns.append(EXTRACTORS[pattern])
@@ -147,19 +197,19 @@ class AnswerExtractor:
                         f"({', '.join(sorted(EXTRACTORS))}) nor a valid regex: {exc}"
                     ) from exc
                 self.names.append(pattern)
-                self._fns.append(_last_group(compiled))
+                self._fns.append(_spanned(_last_match(compiled)))
         if not self._fns:
             raise ValueError("at least one extraction pattern is required")
 
     def __call__(self, text: str) -> Extraction:
         saw_empty = False
-        for name, fn in zip(self.names, self._fns, strict=True):
-            found = fn(text)
-            if found is None:
+        for name, find in zip(self.names, self._fns, strict=True):
+            result = find(text)
+            if result is None:
                 continue
-            found = strip_math_delimiters(found)
+            found = strip_math_delimiters(result[0])
             if found:
-                return Extraction(found, name)
+                return Extraction(found, name, span=result[1])
             saw_empty = True
         return Extraction(None, None, "empty_answer" if saw_empty else "no_answer")
 

@@ -66,6 +66,7 @@ class _Item:
     start: float
     extracted: str | None = None
     strategy: str | None = None
+    span: tuple[int, int] | None = None
     key: tuple[str, str] | None = None  # (reference answer, extracted answer) for the pool
     status: Status | None = None
     details: dict[str, Any] | None = None
@@ -202,7 +203,7 @@ class MathVerifier:
         if ref is None:
             return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
         found = self.extractor(response)
-        item.extracted, item.strategy = found.answer, found.strategy
+        item.extracted, item.strategy, item.span = found.answer, found.strategy, found.span
         if found.answer is None:
             return self._done(item, Status.INVALID, {"reason": found.reason})
         item.key = (ref, found.answer)
@@ -296,6 +297,8 @@ class MathVerifier:
         details = dict(item.details)
         if item.strategy is not None:
             details["strategy"] = item.strategy
+        if item.span is not None:
+            details["span"] = list(item.span)  # where the graded answer sits in the response
         return Outcome.from_status(
             item.status,
             self.rewards,

@@ -111,15 +111,19 @@ class Outcome:
     constructor refuses any other combination, so a missing reward can never become a 0.
     ``extracted`` is the final answer the verifier actually graded (``None`` if none was found).
     ``latency_ms`` is the wall time the caller waited for this item.
+
+    Equality compares the verdict (status, reward, extracted answer, verifier and version),
+    not ``details`` or ``latency_ms``: those describe how this particular grading went (cache
+    hit or not, time taken) and differ between two gradings of the same answer.
     """
 
     status: Status
     reward: float | None
     extracted: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
     verifier: str = ""
     verifier_version: str = ""
-    latency_ms: float = 0.0
+    latency_ms: float = field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
         status = Status(self.status)

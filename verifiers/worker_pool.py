@@ -7,10 +7,17 @@ pebble's ``ProcessPool`` kills the worker that overruns and starts a fresh one, 
 timeout apart from a crash (exit code). Workers come from a ``forkserver`` that preloads the
 heavy modules once: forking a warmed, single-threaded server is as cheap as ``fork`` but safe to
 do from a threaded caller (an HTTP server, a trainer with data-loader threads).
+
+Unlike a stock ``forkserver`` (or ``spawn``) pool, the workers never re-import the caller's
+``__main__``: a script without an ``if __name__ == "__main__":`` guard, a REPL or a heredoc
+would otherwise re-run (or fail to find) its top-level code in every worker. The price is that
+tasks must be importable functions (library code or builtins), never ones defined in
+``__main__``.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import signal
@@ -18,6 +25,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import context as mp_context
+from multiprocessing import forkserver, popen_forkserver, spawn, util
 from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
@@ -46,6 +55,42 @@ def _init_worker(memory_limit_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+class _MainFreePopen(popen_forkserver.Popen):
+    """Launches a fork-server child without asking it to re-import the parent's ``__main__``.
+
+    The launch protocol is the standard one (preparation data and the pickled process object,
+    written to the fork server's pipe); only the two ``init_main_*`` entries are left out.
+    """
+
+    def _launch(self, process_obj: Any) -> None:
+        data = spawn.get_preparation_data(process_obj._name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        payload = io.BytesIO()
+        mp_context.set_spawning_popen(self)
+        try:
+            for obj in (data, process_obj):
+                mp_context.reduction.dump(obj, payload)
+        finally:
+            mp_context.set_spawning_popen(None)
+        self.sentinel, write_fd = forkserver.connect_to_new_process(self._fds)
+        keep_open = os.dup(write_fd)  # lets the child notice if this parent dies
+        self.finalizer = util.Finalize(self, util.close_fds, (keep_open, self.sentinel))
+        with open(write_fd, "wb", closefd=True) as pipe:
+            pipe.write(payload.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _MainFreeProcess(mp_context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> _MainFreePopen:
+        return _MainFreePopen(process_obj)
+
+
+class _MainFreeForkServerContext(mp_context.ForkServerContext):
+    Process = _MainFreeProcess
+
+
 def _ping() -> int:
     return os.getpid()
 
@@ -59,12 +104,7 @@ def failure_status(exc: BaseException, timeout: float | None) -> tuple[Status, d
     if isinstance(exc, MemoryError):
         return Status.TIMEOUT, {"reason": "memory_limit"}
     if isinstance(exc, BrokenProcessPool):
-        return Status.ERROR, {
-            "reason": "pool_broken",
-            "exception": str(exc),
-            "hint": "workers died at start-up; a script that starts a pool must guard its entry "
-            "point with `if __name__ == '__main__':` (workers import the main module)",
-        }
+        return Status.ERROR, {"reason": "pool_broken", "exception": str(exc)}
     if isinstance(exc, CancelledError):
         return Status.ERROR, {"reason": "cancelled"}
     return Status.ERROR, {
@@ -99,8 +139,10 @@ class WorkerPool:
         self._lock = threading.Lock()
 
     def _context(self) -> Any:
-        ctx = multiprocessing.get_context(self.start_method)
-        if self.start_method == "forkserver" and self.preload:
+        if self.start_method != "forkserver":
+            return multiprocessing.get_context(self.start_method)
+        ctx = _MainFreeForkServerContext()
+        if self.preload:
             ctx.set_forkserver_preload(self.preload)
         return ctx
 

@@ -84,3 +84,35 @@ def test_strip_math_delimiters():
     assert strip_math_delimiters(r"\(x\)") == "x"
     assert strip_math_delimiters("$$1$$") == "1"
     assert strip_math_delimiters("$") == "$"
+
+
+def test_spans_point_at_the_graded_text():
+    text = r"first \boxed{1}, then $\boxed{\frac{1}{2}}$. So 1/2."
+    found = AnswerExtractor()(text)
+    start, end = found.span
+    assert text[start:end] == r"\frac{1}{2}" and found.answer == r"\frac{1}{2}"
+    found = AnswerExtractor(["answer_is"])("so the answer is 42.")
+    assert "so the answer is 42."[slice(*found.span)] == "42"
+    register_extractor("_test_upper", lambda text: text.upper() if text else None)
+    try:
+        found = AnswerExtractor(["_test_upper"])("abc")
+        assert found.answer == "ABC" and found.span is None  # not a substring: no span
+    finally:
+        del EXTRACTORS["_test_upper"]
+
+
+def test_every_strategy_is_linear_on_hostile_text():
+    import time
+
+    hostile = [
+        "<answer>" * 40_000,
+        "answer is " * 20_000,
+        "#### " * 40_000,
+        "1," * 100_000,
+        "\\boxed{" * 40_000,
+    ]
+    extract = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "last_number"])
+    for text in hostile:
+        start = time.perf_counter()
+        extract(text)
+        assert time.perf_counter() - start < 1.0, text[:20]

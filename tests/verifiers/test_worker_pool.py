@@ -72,3 +72,26 @@ def test_closed_pool_restarts_on_next_submit():
 def test_rejects_empty_pool():
     with pytest.raises(ValueError):
         WorkerPool(0)
+
+
+def test_workers_never_rerun_an_unguarded_main_script(tmp_path):
+    """A script with no `if __name__ == "__main__":` guard, and a heredoc, both just work."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "print('TOP-LEVEL RAN', flush=True)\n"
+        "from forkgym.verifiers import MathVerifier\n"
+        "v = MathVerifier(workers=2, timeout=10)\n"
+        "print(v.verify('x^2-1', r'\\boxed{(x-1)(x+1)}').status.value)\n"
+        "v.close()\n"
+    )
+    for args in ([str(script)], ["-"]):
+        stdin = None if args != ["-"] else script.read_text()
+        proc = subprocess.run(
+            [sys.executable, *args], input=stdin, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == ["TOP-LEVEL", "RAN", "correct"], proc.stdout
+        assert "Traceback" not in proc.stderr

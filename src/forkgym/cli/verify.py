@@ -1,4 +1,4 @@
-"""The ``forkgym`` command line. Each sub-command is a thin shell over the library API."""
+"""``forkgym verify``: grade one answer or a JSONL file of answers."""
 
 from __future__ import annotations
 
@@ -20,43 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from forkgym import __version__
-
-app = typer.Typer(
-    name="forkgym",
-    help="Reproducible text environments, honest verifiers and critic-free RL for LMs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,
-    rich_markup_mode="markdown",
-)
-
 SAMPLE_ANSWERS = "data/sample_answers.jsonl"
 MAX_REPORTED_INPUT_ERRORS = 10
-
-
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"forkgym {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool | None,
-        typer.Option(
-            "--version",
-            callback=_version_callback,
-            is_eager=True,
-            help="Show the version and exit.",
-        ),
-    ] = None,
-) -> None:
-    """forkgym: Gymnasium text environments, verifiers and critic-free policy-gradient training."""
-
-
-# -- verify ---------------------------------------------------------------------------------------
 
 
 class InputError(ValueError):
@@ -201,7 +166,6 @@ def grade_file(
     return counts, rewards, time.perf_counter() - start
 
 
-@app.command()
 def verify(
     reference: Annotated[
         str | None, typer.Option("--reference", "-r", help="Reference answer (LaTeX or plain).")
@@ -299,7 +263,3 @@ def verify(
         )
         if output is not None and str(output) != "-":
             console.print(f"wrote {sum(counts.values())} rows to {output}")
-
-
-def main() -> None:
-    app()

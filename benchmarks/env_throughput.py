@@ -1,0 +1,120 @@
+"""Environment throughput: reset+step episodes per second with scripted policies.
+
+For every registered environment, two scripted policies play whole episodes: ``gold`` (the
+environment's own gold actions, tool calls included) and ``wrong`` (one fixed wrong final
+answer). No model runs; the figure is the environment's own cost, verification included.
+The verifier's verdict cache is off, so every answer is really graded (integer answers by the
+exact fast path, symbolic ones by the 2-worker pool). One process, one thread for the env.
+
+Then a profile of the arithmetic env says where an episode's time goes.
+Run: ``python benchmarks/env_throughput.py [--episodes N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import gymnasium as gym
+
+import forkgym.envs
+from forkgym.verifiers import MathVerifier
+
+TARGETS = {"forkgym/Arithmetic-v0": 5000.0, "forkgym/WordProblems-v0": 5000.0}
+WRONG = "I am fairly sure the answer is $\\boxed{-123456789}$."
+SLOW = {"forkgym/PythonTool-v0": 20}  # sandboxed processes: far fewer episodes
+
+
+class TimedVerifier:
+    """Wraps a verifier to split an episode's time into grading and the rest."""
+
+    def __init__(self, inner: MathVerifier) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def verify(self, reference: str, response: str):
+        start = time.perf_counter()
+        try:
+            return self.inner.verify(reference, response)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def play(env, policy: str, episodes: int) -> dict[str, float]:
+    grader = env.unwrapped.verifier
+    grader.seconds = 0.0
+    reset_s = step_s = 0.0
+    correct = 0
+    start = time.perf_counter()
+    for seed in range(episodes):
+        t0 = time.perf_counter()
+        env.reset(seed=seed)
+        t1 = time.perf_counter()
+        done = False
+        while not done:
+            action = env.unwrapped.gold_action() if policy == "gold" else WRONG
+            _, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        step_s += time.perf_counter() - t1
+        reset_s += t1 - t0
+        correct += info["status"] == "correct"
+    total = time.perf_counter() - start
+    return {
+        "eps": episodes / total,
+        "reset_us": reset_s / episodes * 1e6,
+        "step_us": step_s / episodes * 1e6,
+        "grade_us": grader.seconds / episodes * 1e6,
+        "correct": correct / episodes,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=5000)
+    args = parser.parse_args()
+    verifier = MathVerifier(workers=2, cache_size=0)
+    verifier.start()
+    print(
+        f"env_throughput  episodes={args.episodes} per env and policy (PythonTool: {SLOW['forkgym/PythonTool-v0']}); verdict cache off"
+    )
+    header = f"{'env':26} {'policy':6} {'episodes/s':>11} {'reset us':>9} {'step us':>9} {'grade us':>9} {'correct':>8}"
+    print(header)
+    print("-" * len(header))
+    failed = False
+    for env_id in forkgym.envs.ENVIRONMENTS:
+        env = gym.make(env_id, verifier=TimedVerifier(verifier))
+        n = SLOW.get(env_id, args.episodes)
+        play(env, "gold", min(n, 50))  # warm-up
+        for policy in ("gold", "wrong"):
+            r = play(env, policy, n)
+            mark = ""
+            if env_id in TARGETS:
+                ok = r["eps"] >= TARGETS[env_id]
+                failed |= not ok
+                mark = f"  target >= {TARGETS[env_id]:,.0f}/s: {'PASS' if ok else 'FAIL'}"
+            print(
+                f"{env_id:26} {policy:6} {r['eps']:>11,.0f} {r['reset_us']:>9.1f} {r['step_us']:>9.1f} "
+                f"{r['grade_us']:>9.1f} {r['correct']:>8.0%}{mark}"
+            )
+        env.close()
+
+    env = gym.make("forkgym/Arithmetic-v0", verifier=verifier)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for seed in range(args.episodes):
+        env.reset(seed=seed)
+        env.step(env.unwrapped.gold_action())
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+    print("\nwhere an Arithmetic-v0 gold episode's time goes (cProfile, by own time):")
+    print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
+    verifier.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

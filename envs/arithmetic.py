@@ -1,0 +1,80 @@
+"""``forkgym/Arithmetic-v0``: procedural arithmetic with difficulty knobs and a curriculum.
+
+Each task is an expression of ``terms`` random ``digits``-digit numbers joined by operators
+drawn from ``operations`` (any of ``+-*/``), evaluated exactly with the usual precedence.
+``level`` is a curriculum knob that overrides digits and terms: level 0 is two 1-digit terms,
+and each level adds a digit or a term in turn. Division makes exact fractional answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .exact_eval import evaluate_terms, format_number
+from .math_env import ANSWER_INSTRUCTION, MathEnv
+from .task import Task
+
+__all__ = ["ArithmeticEnv", "curriculum"]
+
+
+def curriculum(level: int) -> tuple[int, int]:
+    """(digits, terms) for a curriculum level: 0 -> (1, 2), 1 -> (2, 2), 2 -> (2, 3), ..."""
+    if level < 0:
+        raise ValueError(f"level must be >= 0, got {level}")
+    return 1 + (level + 1) // 2, 2 + level // 2
+
+
+class ArithmeticEnv(MathEnv):
+    """Compute an arithmetic expression exactly; the answer goes in ``\\boxed{}``."""
+
+    task_prefix = "arith"
+
+    def __init__(
+        self,
+        digits: int = 2,
+        terms: int = 2,
+        operations: str = "+-*",
+        level: int | None = None,
+        max_attempts: int = 1,
+        **common: Any,
+    ) -> None:
+        if level is not None:
+            digits, terms = curriculum(level)
+        if digits < 1 or terms < 2:
+            raise ValueError("need digits >= 1 and terms >= 2")
+        if not operations or set(operations) - set("+-*/"):
+            raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
+        self.digits, self.terms, self.operations = digits, terms, "".join(sorted(set(operations)))
+        config = {"digits": digits, "terms": terms, "operations": self.operations, "level": level}
+        super().__init__(config=config, max_attempts=max_attempts, **common)
+
+    def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
+        low, high = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10**self.digits
+        draws = rng.integers(
+            0, 1 << 62, size=2 * self.terms - 1
+        ).tolist()  # one call: resets are hot
+        numbers = [low + d % (high - low) for d in draws[: self.terms]]
+        ops = [self.operations[d % len(self.operations)] for d in draws[self.terms :]]
+        for i, op in enumerate(ops):  # never divide by zero
+            if op == "/" and numbers[i + 1] == 0:
+                numbers[i + 1] = 1
+        expression = str(numbers[0]) + "".join(
+            f" {op} {n}" for op, n in zip(ops, numbers[1:], strict=True)
+        )
+        answer = format_number(evaluate_terms(numbers, ops))
+        exact = (
+            " Give the exact value (a reduced fraction if it is not an integer)."
+            if "/" in ops
+            else ""
+        )
+        return Task(
+            task_id=task_id,
+            prompt=f"Compute {expression}.{exact} {ANSWER_INSTRUCTION}",
+            answer=answer,
+            family="arithmetic",
+            difficulty=self.digits * self.terms,
+            solution=f"{expression} = {answer}, so the answer is $\\boxed{{{answer}}}$.",
+            data={"expression": expression},
+        )

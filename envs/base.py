@@ -1,0 +1,315 @@
+"""The text-environment base: a conversation as observation, the assistant's text as action.
+
+Reproducibility contract (what every forkgym environment guarantees):
+
+* ``reset(seed=s, options=o)`` makes the first observation and every hidden quantity a pure
+  function of (env id, version, constructor kwargs, s, o), in any process and under any
+  ``PYTHONHASHSEED``. The only randomness is the env's own ``np_random``; a task is generated
+  from its own ``SeedSequence``-derived generator, keyed by a seed drawn from ``np_random``
+  and recorded in the task id, so ``options={"task_id": ...}`` rebuilds the same task.
+* :meth:`get_state` returns a small JSON-serialisable dict (conversation, turn, episode data and
+  the RNG state); :meth:`set_state` restores it; :meth:`fork` is a new env of the same
+  configuration with the same state. A fork and its original produce identical trajectories
+  under identical actions, which is what makes a greedy branch and K sampled branches of one
+  task comparable.
+
+Subclasses implement :meth:`generate_task` (or :meth:`sample_task_id` + :meth:`task_from_id`),
+:meth:`respond` (what one assistant message does) and :meth:`gold_action`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import ResetNeeded
+
+from forkgym.verifiers import DEFAULT_REWARDS, Outcome, RewardMap, Status
+
+from .grading import Verifier, default_verifier
+from .spaces import DEFAULT_MAX_CHARS, UnicodeText, chat_observation_space
+from .task import Task
+
+__all__ = ["TextEnv", "Turn"]
+
+_ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+
+@dataclass
+class Turn:
+    """What the environment made of one assistant message.
+
+    ``status`` is a :class:`Status` value when the episode ends, otherwise a step-level reason
+    (``tool_ok``, ``tool_parse_error``, ``tool_error``, ``tool_timeout``, ``retry``).
+    ``outcome`` set means the episode is over. ``span`` is the part of the action the env used.
+    """
+
+    status: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    outcome: Outcome | None = None
+    span: tuple[int, int] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class TextEnv(gym.Env[dict[str, Any], str]):
+    """Base of every forkgym environment. See the module docstring for the contract."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    env_version: ClassVar[int] = 0
+    task_prefix: ClassVar[str] = "task"
+    system_prompt: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        config: dict[str, Any],
+        verifier: Verifier | None = None,
+        rewards: RewardMap = DEFAULT_REWARDS,
+        max_turns: int = 1,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        render_mode: str | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        # `config` holds the subclass's own constructor kwargs: it fingerprints the env and
+        # rebuilds it in fork(), so its keys must be the constructor's parameter names.
+        self.config = dict(config)
+        self.identity: dict[str, Any] = {}  # more of what decides tasks (e.g. a data file hash)
+        self._common = {"rewards": rewards, "max_turns": max_turns, "max_chars": max_chars}
+        self.verifier = verifier
+        self.rewards = rewards
+        self.max_turns = max_turns
+        self.render_mode = render_mode
+        self.observation_space = chat_observation_space(max_chars)
+        self.action_space = UnicodeText(min(max_chars, 16_384))
+        self._task: Task | None = None
+        self._messages: list[dict[str, str]] = []
+        self._turn = 0
+        self._done = True
+        self._episode: dict[str, Any] = {}
+
+    # -- what subclasses provide ----------------------------------------------------------------
+
+    def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
+        """Build the task for ``task_id`` from its own generator (procedural envs)."""
+        raise NotImplementedError
+
+    def respond(self, action: str) -> Turn:
+        """Handle one assistant message (already appended to the conversation)."""
+        raise NotImplementedError
+
+    def gold_action(self) -> str:
+        """The next assistant message of a correct trajectory from the current state."""
+        raise NotImplementedError
+
+    def initial_episode(self, task: Task) -> dict[str, Any]:
+        """Mutable, JSON-serialisable per-episode data (part of the state)."""
+        return {}
+
+    def sample_task_id(self, rng: np.random.Generator) -> str:
+        return f"{self.task_prefix}-{int(rng.integers(2**63)):016x}"
+
+    def task_from_id(self, task_id: str) -> Task:
+        prefix, _, seed = str(task_id).rpartition("-")
+        try:
+            if prefix != self.task_prefix:
+                raise ValueError
+            value = int(seed, 16)
+        except ValueError:
+            raise ValueError(
+                f"task_id {task_id!r} is not one of {type(self).__name__}'s ids "
+                f"('{self.task_prefix}-<16 hex digits>', as reported in info['task_id'])"
+            ) from None
+        # The env's prefix salts the stream, so tasks of different envs share no randomness.
+        salt = zlib.crc32(self.task_prefix.encode())
+        return self.generate_task(
+            np.random.default_rng(np.random.SeedSequence([value, salt])), task_id
+        )
+
+    # -- identity -------------------------------------------------------------------------------
+
+    @property
+    def env_id(self) -> str:
+        return self.spec.id if self.spec is not None else type(self).__name__
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of what decides tasks: class, version and JSON-able constructor kwargs."""
+        blob = json.dumps(
+            {
+                "class": f"{type(self).__module__}.{type(self).__qualname__}",
+                "version": self.env_version,
+                "config": self.config,
+                "identity": self.identity,
+                "max_turns": self.max_turns,
+                "rewards": self.rewards.as_dict(),
+            },
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def task(self) -> Task:
+        if self._task is None:
+            raise ResetNeeded("call reset() first")
+        return self._task
+
+    @property
+    def turn(self) -> int:
+        return self._turn
+
+    def grader(self) -> Verifier:
+        if self.verifier is None:
+            self.verifier = default_verifier()
+        return self.verifier
+
+    # -- Gymnasium API --------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        task_id = options.pop("task_id", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; supported: 'task_id'")
+        if task_id is None:
+            task_id = self.sample_task_id(self.np_random)
+        self._begin(self.task_from_id(task_id))
+        return self._observation(), {"task_id": self.task.task_id, "turn": 0, "status": None}
+
+    def _begin(self, task: Task) -> None:
+        self._task = task
+        self._turn = 0
+        self._done = False
+        self._episode = self.initial_episode(task)
+        self._messages = []
+        if self.system_prompt:
+            self._messages.append({"role": "system", "content": self.system_prompt})
+        self._messages.append({"role": "user", "content": task.prompt})
+
+    def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise ResetNeeded("the episode is over (or never started): call reset()")
+        if not isinstance(action, str):
+            raise TypeError(f"an action is the assistant's text (str), got {type(action).__name__}")
+        self._turn += 1
+        self._messages.append({"role": "assistant", "content": action})
+        turn = self.respond(action)
+        self._messages.extend(turn.messages)
+        if turn.outcome is None and self._turn >= self.max_turns:
+            turn.outcome = self._ending(Status.TRUNCATED, reason="max_turns")
+            turn.info["limit"] = "max_turns"
+        return self._transition(turn)
+
+    def truncate(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """End the episode from outside as ``truncated`` (e.g. the policy hit its token budget)."""
+        if self._task is None or self._done:
+            raise ResetNeeded("the episode is over (or never started): call reset()")
+        return self._transition(Turn(status=reason, outcome=self._ending(Status.TRUNCATED, reason)))
+
+    def _ending(self, status: Status, reason: str) -> Outcome:
+        return Outcome.from_status(status, self.rewards, details={"reason": reason}, verifier="env")
+
+    def _transition(self, turn: Turn) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        info: dict[str, Any] = {
+            "task_id": self.task.task_id,
+            "turn": self._turn,
+            "status": turn.status,
+            "action_span": turn.span,
+            **turn.info,
+        }
+        reward, terminated, truncated = 0.0, False, False
+        outcome = turn.outcome
+        if outcome is not None:
+            self._done = True
+            reward = self.rewards.reward(outcome.status)
+            if reward != outcome.reward:  # outcomes built elsewhere follow this env's reward map
+                outcome = replace(outcome, reward=reward)
+            truncated = outcome.status is Status.TRUNCATED
+            terminated = not truncated
+            # Gymnasium rewards are floats: infrastructure failures step 0.0, but the outcome
+            # says reward=None and learners must read it, never the float.
+            reward = 0.0 if outcome.reward is None else outcome.reward
+            info.update(status=outcome.status.value, outcome=outcome, reward=outcome.reward)
+        if self.render_mode == "human":
+            self.render()
+        return self._observation(), reward, terminated, truncated, info
+
+    def grade(self, action: str) -> Outcome:
+        """Grade ``action`` against the task's reference (rewards follow the env's map)."""
+        outcome = self.grader().verify(self.task.answer, action)
+        reward = self.rewards.reward(outcome.status)
+        return outcome if reward == outcome.reward else replace(outcome, reward=reward)
+
+    @staticmethod
+    def answer_span(outcome: Outcome) -> tuple[int, int] | None:
+        span = outcome.details.get("span")
+        return (int(span[0]), int(span[1])) if span else None
+
+    def _observation(self) -> dict[str, Any]:
+        messages = tuple({"role": m["role"], "content": m["content"]} for m in self._messages)
+        return {"messages": messages, "prompt": self.render_prompt(messages)}
+
+    @staticmethod
+    def render_prompt(messages: tuple[dict[str, str], ...] | list[dict[str, str]]) -> str:
+        """Plain-text rendering for models without a chat template; ends with the cue."""
+        parts = [f"{_ROLE_TITLES.get(m['role'], m['role'])}: {m['content']}" for m in messages]
+        return "\n\n".join([*parts, "Assistant:"])
+
+    def render(self) -> str | None:
+        text = self.render_prompt(self._messages)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    # -- state and forking ----------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """Small, JSON-serialisable snapshot of everything that decides the rest of the episode."""
+        state = {
+            "env_id": self.env_id,
+            "fingerprint": self.fingerprint,
+            "rng": self.np_random.bit_generator.state,
+            "task_id": None if self._task is None else self._task.task_id,
+            "turn": self._turn,
+            "done": self._done,
+            "messages": self._messages,
+            "episode": self._episode,
+        }
+        return json.loads(json.dumps(state))  # a deep copy that proves it is JSON
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("fingerprint") != self.fingerprint:
+            raise ValueError(
+                f"state of {state.get('env_id')!r} (fingerprint {state.get('fingerprint')}) does "
+                f"not fit this {self.env_id!r} (fingerprint {self.fingerprint}): same env id, "
+                "version and constructor kwargs are required"
+            )
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = copy.deepcopy(state["rng"])
+        self._np_random = rng
+        self._task = None if state["task_id"] is None else self.task_from_id(state["task_id"])
+        self._turn = int(state["turn"])
+        self._done = bool(state["done"])
+        self._messages = copy.deepcopy(state["messages"])
+        self._episode = copy.deepcopy(state["episode"])
+
+    def fork(self) -> TextEnv:
+        """A new env of the same configuration in the same state (shares the verifier)."""
+        twin = type(self)(
+            **self.config, **self._common, verifier=self.verifier, render_mode=self.render_mode
+        )
+        twin.spec = self.spec
+        twin.set_state(self.get_state())
+        return twin

@@ -1,0 +1,79 @@
+"""``forkgym/Calculator-v0``: arithmetic too hard to do mentally, with an exact calculator.
+
+Tasks chain ``terms`` numbers of ``digits`` digits (five-digit products and the like). The
+calculator evaluates with :func:`~forkgym.envs.exact_eval.evaluate`: exact rationals, bounded
+sizes, no ``eval``. The gold trajectory is one calculator call and the boxed result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .exact_eval import ExpressionError, evaluate, evaluate_terms, format_number
+from .task import Task
+from .tool_env import ToolEnv, ToolResult, tool
+
+__all__ = ["CalculatorEnv"]
+
+
+class CalculatorEnv(ToolEnv):
+    """Compute a large arithmetic expression exactly, with a calculator tool."""
+
+    task_prefix = "calc"
+    instructions = "Compute the value asked for exactly. Numbers this large need the calculator."
+
+    def __init__(
+        self,
+        digits: int = 5,
+        terms: int = 4,
+        operations: str = "+-*",
+        tool_parser: str = "hermes",
+        max_turns: int = 4,
+        **common: Any,
+    ) -> None:
+        if digits < 1 or terms < 2:
+            raise ValueError("need digits >= 1 and terms >= 2")
+        if not operations or set(operations) - set("+-*/"):
+            raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
+        self.digits, self.terms, self.operations = digits, terms, "".join(sorted(set(operations)))
+        config = {"digits": digits, "terms": terms, "operations": self.operations}
+        super().__init__(config=config, tool_parser=tool_parser, max_turns=max_turns, **common)
+
+    def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
+        numbers = rng.integers(10 ** (self.digits - 1), 10**self.digits, size=self.terms).tolist()
+        ops = [
+            self.operations[i]
+            for i in rng.integers(len(self.operations), size=self.terms - 1).tolist()
+        ]
+        expression = str(numbers[0]) + "".join(
+            f" {op} {n}" for op, n in zip(ops, numbers[1:], strict=True)
+        )
+        answer = format_number(evaluate_terms(numbers, ops))
+        return Task(
+            task_id=task_id,
+            prompt=f"What is the exact value of {expression}?",
+            answer=answer,
+            family="calculator",
+            difficulty=self.digits * self.terms,
+            solution=f"The calculator gives {answer}, so the answer is $\\boxed{{{answer}}}$.",
+            data={"expression": expression},
+        )
+
+    @tool(
+        "Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses).",
+        expression="string",
+    )
+    def calculator(self, expression: str) -> ToolResult:
+        self.episode["calls"] = self.episode.get("calls", 0) + 1
+        try:
+            value = evaluate(expression)
+        except ExpressionError as exc:
+            return ToolResult(f"error: {exc}", "tool_error")
+        return ToolResult(format_number(value))
+
+    def gold_action(self) -> str:
+        if not self.episode.get("calls"):
+            return self.call("calculator", expression=self.task.data["expression"])
+        return self.task.solution or f"$\\boxed{{{self.task.answer}}}$"

@@ -1,0 +1,189 @@
+"""Tool-use environments: the assistant calls tools until it answers or runs out of turns.
+
+A tool is a method decorated with :func:`tool`; :class:`ToolEnv` collects them, advertises
+their JSON schemas in the system prompt through the chosen parser, and on each assistant
+message either executes the calls it contains (one ``tool`` message per call) or, when the
+message has no call, grades it as the final answer. Nothing the model writes can raise out of
+``step``: unparseable calls, unknown tools, wrong argument types and exceptions inside a tool
+all become tool messages and a step status (``tool_parse_error``, ``tool_error``,
+``tool_timeout``), and the episode goes on until the answer or ``max_turns``.
+
+Tools read and change only ``self.task``, ``self.episode`` (JSON-serialisable) and
+``self.np_random``, so a fork replays them exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .base import TextEnv, Turn
+from .math_env import ANSWER_INSTRUCTION
+from .tool_parsers import TOOL_PARSERS, ToolCall
+
+__all__ = ["ToolEnv", "ToolResult", "ToolSpec", "tool"]
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+# A step's status is the most serious thing that happened in it.
+_SEVERITY = ["tool_ok", "tool_error", "tool_timeout", "tool_parse_error"]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    status: str = "tool_ok"  # tool_ok | tool_error | tool_timeout
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    params: dict[str, str]  # parameter -> JSON type
+    method: Callable[..., ToolResult | str]
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": {
+                "type": "object",
+                "properties": {p: {"type": t} for p, t in self.params.items()},
+                "required": list(self.params),
+            },
+        }
+
+    def check_arguments(self, arguments: dict[str, Any]) -> str | None:
+        """Why ``arguments`` do not fit this tool, or None."""
+        unknown = sorted(set(arguments) - set(self.params))
+        if unknown:
+            return f"unknown argument(s) {unknown} for {self.name}; it takes {list(self.params)}"
+        missing = [p for p in self.params if p not in arguments]
+        if missing:
+            return f"missing argument(s) {missing} for {self.name}"
+        for param, kind in self.params.items():
+            value = arguments[param]
+            if (isinstance(value, bool) and kind != "boolean") or not isinstance(
+                value, _JSON_TYPES[kind]
+            ):
+                return f"argument {param!r} of {self.name} must be a {kind}, got {type(value).__name__}"
+        return None
+
+
+def tool(description: str, **params: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method as a tool: ``@tool("Evaluate an expression.", expression="string")``."""
+    for kind in params.values():
+        if kind not in _JSON_TYPES:
+            raise ValueError(
+                f"unsupported parameter type {kind!r}; use one of {sorted(_JSON_TYPES)}"
+            )
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        method.__tool__ = (description, dict(params))  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+class ToolEnv(TextEnv):
+    """Base of the tool-use environments; subclasses add ``@tool`` methods and tasks."""
+
+    tools: ClassVar[dict[str, ToolSpec]] = {}
+    instructions: ClassVar[str] = "Solve the task. Use the tools when they help."
+    max_calls_per_turn: ClassVar[int] = 8
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = dict(cls.tools)
+        for name in dir(cls):
+            marked = getattr(getattr(cls, name), "__tool__", None)
+            if marked is not None:
+                found[name] = ToolSpec(name, marked[0], marked[1], getattr(cls, name))
+        cls.tools = found
+
+    def __init__(
+        self,
+        *,
+        config: dict[str, Any],
+        tool_parser: str = "hermes",
+        max_turns: int = 6,
+        **common: Any,
+    ) -> None:
+        if tool_parser not in TOOL_PARSERS:
+            raise ValueError(
+                f"unknown tool_parser {tool_parser!r}; choose from {sorted(TOOL_PARSERS)}"
+            )
+        super().__init__(
+            config={**config, "tool_parser": tool_parser}, max_turns=max_turns, **common
+        )
+        self.parser = TOOL_PARSERS[tool_parser]()
+        schemas = [spec.schema() for spec in self.tools.values()]
+        self.system_prompt = (
+            f"{self.instructions}\n\n{self.parser.instructions(schemas)}\n\n{ANSWER_INSTRUCTION}"
+        )
+
+    @property
+    def episode(self) -> dict[str, Any]:
+        return self._episode
+
+    def call(self, name: str, **arguments: Any) -> str:
+        """The text of a call to ``name`` in this env's tool-call format (for gold actions)."""
+        return self.parser.format_call(name, arguments)
+
+    def respond(self, action: str) -> Turn:
+        calls, problems = self.parser.parse(
+            action, {n: list(s.params) for n, s in self.tools.items()}
+        )
+        if not calls and not problems:
+            outcome = self.grade(action)
+            return Turn(
+                status=outcome.status.value, outcome=outcome, span=self.answer_span(outcome)
+            )
+        events: list[tuple[tuple[int, int], str, str, str | None]] = []  # span, status, text, tool
+        for problem in problems:
+            events.append(
+                (
+                    problem.span,
+                    "tool_parse_error",
+                    f"error: could not parse the tool call: {problem.message}",
+                    None,
+                )
+            )
+        for i, call in enumerate(calls):
+            if i >= self.max_calls_per_turn:
+                result = ToolResult(
+                    f"error: at most {self.max_calls_per_turn} tool calls per message", "tool_error"
+                )
+            else:
+                result = self._execute(call)
+            events.append((call.span, result.status, result.content, call.name))
+        events.sort(key=lambda e: e[0])
+        status = max((e[1] for e in events), key=_SEVERITY.index)
+        return Turn(
+            status=status,
+            messages=[{"role": "tool", "content": text} for _, _, text, _ in events],
+            span=(events[0][0][0], max(e[0][1] for e in events)),
+            info={"tool_calls": [{"name": name, "status": st} for _, st, _, name in events]},
+        )
+
+    def _execute(self, call: ToolCall) -> ToolResult:
+        spec = self.tools.get(call.name)
+        if spec is None:
+            return ToolResult(
+                f"error: unknown tool {call.name!r}; available: {sorted(self.tools)}", "tool_error"
+            )
+        problem = spec.check_arguments(call.arguments)
+        if problem is not None:
+            return ToolResult(f"error: {problem}", "tool_error")
+        try:
+            result = spec.method(self, **call.arguments)
+        except Exception as exc:  # a tool bug must not end the rollout
+            return ToolResult(
+                f"error: {spec.name} failed: {type(exc).__name__}: {exc}", "tool_error"
+            )
+        return result if isinstance(result, ToolResult) else ToolResult(str(result))

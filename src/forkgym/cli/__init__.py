@@ -1,0 +1,50 @@
+"""The ``forkgym`` command line. Each sub-command is a thin shell over the library API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from forkgym import __version__
+
+from .envs import envs_app
+from .verify import verify
+
+app = typer.Typer(
+    name="forkgym",
+    help="Reproducible text environments, honest verifiers and critic-free RL for LMs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"forkgym {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version",
+            callback=_version_callback,
+            is_eager=True,
+            help="Show the version and exit.",
+        ),
+    ] = None,
+) -> None:
+    """forkgym: Gymnasium text environments, verifiers and critic-free policy-gradient training."""
+
+
+app.command()(verify)
+app.add_typer(envs_app, name="envs")
+
+
+def main() -> None:
+    app()
