@@ -14,7 +14,7 @@ import numpy as np
 
 from .exact_eval import evaluate_terms, format_number
 from .math_env import ANSWER_INSTRUCTION, MathEnv
-from .task import Task
+from .task import Draws, Task
 
 __all__ = ["ArithmeticEnv", "curriculum"]
 
@@ -52,11 +52,9 @@ class ArithmeticEnv(MathEnv):
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
         low, high = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10**self.digits
-        draws = rng.integers(
-            0, 1 << 62, size=2 * self.terms - 1
-        ).tolist()  # one call: resets are hot
-        numbers = [low + d % (high - low) for d in draws[: self.terms]]
-        ops = [self.operations[d % len(self.operations)] for d in draws[self.terms :]]
+        draw = Draws(rng, 2 * self.terms)
+        numbers = [draw.between(low, high) for _ in range(self.terms)]
+        ops = [draw.pick(self.operations) for _ in range(self.terms - 1)]
         for i, op in enumerate(ops):  # never divide by zero
             if op == "/" and numbers[i + 1] == 0:
                 numbers[i + 1] = 1

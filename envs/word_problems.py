@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .math_env import ANSWER_INSTRUCTION, MathEnv
-from .task import Task
+from .task import Draws, Task
 
 __all__ = ["WordProblemsEnv"]
 
@@ -27,17 +27,15 @@ SETTINGS = [  # (things, container, place)
 ]
 
 
-def _event(
-    rng: np.random.Generator, total: int, name: str, things: str, container: str
-) -> tuple[str, str, int]:
+def _event(draw: Draws, total: int, name: str, things: str, container: str) -> tuple[str, str, int]:
     """One event: (sentence, solution line, new total)."""
-    kind = ["buy", "give", "share", "double"][int(rng.integers(4))]
+    kind = draw.pick(("buy", "give", "share", "double"))
     if kind == "share":
         divisors = [d for d in range(2, 10) if total % d == 0 and total // d > 0]
         if not divisors:
             kind = "buy"
         else:
-            d = divisors[int(rng.integers(len(divisors)))]
+            d = draw.pick(divisors)
             new = total // d
             return (
                 f"{name} shares the {things} equally among {d} friends, keeping one share.",
@@ -45,17 +43,17 @@ def _event(
                 new,
             )
     if kind == "give" and total > 1:
-        x = int(rng.integers(1, total))
+        x = draw.between(1, total)
         return f"{name} gives away {x} {things}.", f"{total} - {x} = {total - x}", total - x
     if kind == "double" and total < 5000:
-        k = int(rng.integers(2, 4))
+        k = draw.between(2, 4)
         word = {2: "doubles", 3: "triples"}[k]
         return (
             f"A lucky week {word} the number of {things} {name} has.",
             f"{total} * {k} = {total * k}",
             total * k,
         )
-    packs, size = int(rng.integers(2, 10)), int(rng.integers(3, 25))
+    packs, size = draw.between(2, 10), draw.between(3, 25)
     new = total + packs * size
     return (
         f"{name} buys {packs} {container}s with {size} {things} in each.",
@@ -76,13 +74,14 @@ class WordProblemsEnv(MathEnv):
         super().__init__(config={"steps": steps}, max_attempts=max_attempts, **common)
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
-        name = NAMES[int(rng.integers(len(NAMES)))]
-        things, container, place = SETTINGS[int(rng.integers(len(SETTINGS)))]
-        total = int(rng.integers(5, 60))
+        draw = Draws(rng, 3 + 4 * self.steps)
+        name = draw.pick(NAMES)
+        things, container, place = draw.pick(SETTINGS)
+        total = draw.between(5, 60)
         sentences = [f"{name} goes to {place} and starts with {total} {things}."]
         lines = []
         for _ in range(self.steps):
-            sentence, line, total = _event(rng, total, name, things, container)
+            sentence, line, total = _event(draw, total, name, things, container)
             sentences.append(sentence)
             lines.append(line)
         question = f"How many {things} does {name} have at the end?"

@@ -29,8 +29,6 @@ Span = tuple[int, int]
 # not a substring of it), or None when it finds nothing.
 Finder = Callable[[str], "tuple[str, Span | None] | None"]
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
-
 
 def _box_argument(text: str, start: int) -> Span | None:
     """Span of the argument of a box command whose name ends at ``start``; None if malformed."""
@@ -73,10 +71,14 @@ def last_boxed_span(text: str) -> Span | None:
     """
     end = len(text)
     while True:
-        pos, name = max((text.rfind(cmd, 0, end), cmd) for cmd in _BOX_COMMANDS)
-        if pos < 0:
+        pos, after = text.rfind("\\boxed", 0, end), 0
+        fbox = text.rfind("\\fbox", pos + 1, end) if "\\fbox" in text else -1
+        if fbox > pos:
+            pos, after = fbox, fbox + 5
+        elif pos >= 0:
+            after = pos + 6
+        else:
             return None
-        after = pos + len(name)
         if after < len(text) and text[after].isalpha():  # e.g. \boxedtext: keep looking left
             end = pos
             continue
@@ -217,6 +219,8 @@ class AnswerExtractor:
 def strip_math_delimiters(answer: str) -> str:
     """Trim whitespace and one pair of enclosing ``$...$``/``\\(...\\)``/``\\[...\\]``."""
     s = answer.strip()
+    if not s or s[0] not in "$\\":
+        return s
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
             s = s[len(left) : len(s) - len(right)].strip()

@@ -171,7 +171,10 @@ class MathVerifier:
 
     def verify(self, reference: str, response: str) -> Outcome:
         """Grade one response. Never raises for odd content; raises TypeError for non-strings."""
-        return self.verify_many([(reference, response)])[0]
+        item = self._prepare(reference, response)
+        if item.status is None:
+            self._grade_symbolic({item.key: [item]})  # type: ignore[dict-item]
+        return self._outcome(item)
 
     def verify_many(self, pairs: Iterable[Sequence[str]]) -> list[Outcome]:
         """Grade many ``(reference, response)`` pairs; outcomes come back in the same order.

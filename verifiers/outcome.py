@@ -72,6 +72,10 @@ class RewardMap:
             if not math.isfinite(value):
                 raise ValueError(f"reward for {f.name!r} must be finite, got {value!r}")
             object.__setattr__(self, f.name, float(value))
+        # A lookup table: this runs on every step of every environment.
+        table = {status: getattr(self, status.value) for status in POLICY_STATUSES}
+        table.update(dict.fromkeys(INFRASTRUCTURE_STATUSES))
+        object.__setattr__(self, "_by_status", table)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, float]) -> RewardMap:
@@ -91,10 +95,10 @@ class RewardMap:
 
     def reward(self, status: Status | str) -> float | None:
         """The reward for ``status``; ``None`` for infrastructure statuses."""
-        status = Status(status)
-        if status.is_infrastructure:
-            return None
-        return float(getattr(self, status.value))
+        try:
+            return self._by_status[status]  # type: ignore[attr-defined]
+        except KeyError:
+            return self._by_status[Status(status)]  # type: ignore[attr-defined]
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -126,22 +130,24 @@ class Outcome:
     latency_ms: float = field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
-        status = Status(self.status)
-        object.__setattr__(self, "status", status)
-        if status.is_infrastructure:
-            if self.reward is not None:
+        status = self.status
+        if type(status) is not Status:
+            status = Status(status)
+            object.__setattr__(self, "status", status)
+        reward = self.reward
+        if status in INFRASTRUCTURE_STATUSES:
+            if reward is not None:
+                raise ValueError(f"a {status.value!r} outcome carries no reward, got {reward!r}")
+            return
+        if type(reward) is not float:  # exact type: bool is an int, and None is no number
+            if reward is None or isinstance(reward, bool):
                 raise ValueError(
-                    f"a {status.value!r} outcome carries no reward, got {self.reward!r}"
+                    f"a {status.value!r} outcome needs a numeric reward, got {reward!r}"
                 )
-        else:
-            if self.reward is None or isinstance(self.reward, bool):
-                raise ValueError(
-                    f"a {status.value!r} outcome needs a numeric reward, got {self.reward!r}"
-                )
-            reward = float(self.reward)
-            if not math.isfinite(reward):
-                raise ValueError(f"reward must be finite, got {reward!r}")
+            reward = float(reward)
             object.__setattr__(self, "reward", reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"reward must be finite, got {reward!r}")
 
     @classmethod
     def from_status(
@@ -151,7 +157,8 @@ class Outcome:
         **kwargs: Any,
     ) -> Outcome:
         """Build an outcome whose reward comes from ``rewards`` (None for infrastructure)."""
-        return cls(status=Status(status), reward=rewards.reward(status), **kwargs)
+        status = status if type(status) is Status else Status(status)
+        return cls(status=status, reward=rewards.reward(status), **kwargs)
 
     @property
     def is_infrastructure(self) -> bool:

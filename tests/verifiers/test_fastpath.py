@@ -95,3 +95,9 @@ def test_fast_path_grades_without_importing_sympy():
         "assert 'sympy' not in sys.modules and 'math_verify' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "１２", "5²"])
+def test_unicode_digits_never_reach_int(text):
+    assert parse_number(text) is None
+    assert fast_compare("2", text) is None
