@@ -9,3 +9,22 @@ if __name__ != "forkgym.agents":  # imported as a top-level `agents` from a sour
         "this folder is the sub-package forkgym.agents; install forkgym "
         "(`pip install -e .`) and import forkgym.agents instead of `agents`"
     )
+
+from .estimators import ESTIMATORS, get_estimator, rewards_from_outcomes, valid_from_statuses
+from .losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
+from .reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
+
+__all__ = [
+    "ESTIMATORS",
+    "LOSSES",
+    "REDUCTIONS",
+    "Normaliser",
+    "build_normaliser",
+    "get_estimator",
+    "get_loss",
+    "kl_estimate",
+    "kl_reward_penalty",
+    "reduce_tokens",
+    "rewards_from_outcomes",
+    "valid_from_statuses",
+]

@@ -1,0 +1,119 @@
+"""Learned-critic pieces (S19): GAE across tool turns, value clipping, the centered hybrid."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forkgym.agents.critic import clipped_value_loss, critic_group_centered, gae, terminal_rewards
+
+
+def textbook_gae(rewards, values, gamma, lam):
+    """GAE (Schulman et al. 2016) for one episode of consecutive steps, a Python loop."""
+    adv, nxt_v, nxt_a = [0.0] * len(rewards), 0.0, 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * nxt_v - values[t]
+        nxt_a = delta + gamma * lam * nxt_a
+        adv[t], nxt_v = nxt_a, values[t]
+    return adv
+
+
+@st.composite
+def episodes(draw):
+    b, t = draw(st.integers(1, 5)), draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(b, t, generator=g) < draw(st.floats(0.2, 1.0))  # False: tool/observation
+    values = torch.randn(b, t, generator=g, dtype=torch.float64)
+    rewards = torch.where(mask, torch.randn(b, t, generator=g, dtype=torch.float64), 0.0)
+    return rewards, values, mask, draw(st.floats(0.5, 1.0)), draw(st.floats(0.0, 1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(episodes())
+def test_gae_skips_non_action_tokens(ep):
+    """GAE over a stream with tool tokens equals textbook GAE over its action tokens alone."""
+    rewards, values, mask, gamma, lam = ep
+    adv, ret = gae(rewards, values, mask, gamma=gamma, lam=lam)
+    for i in range(rewards.size(0)):
+        idx = mask[i].nonzero().flatten().tolist()
+        ref = textbook_gae([rewards[i, t].item() for t in idx],
+                           [values[i, t].item() for t in idx], gamma, lam)  # fmt: skip
+        got = [adv[i, t].item() for t in idx]
+        assert got == pytest.approx(ref, abs=1e-9)
+        assert torch.count_nonzero(adv[i][~mask[i]]) == 0
+    torch.testing.assert_close(ret, torch.where(mask, adv + values, 0.0))
+
+
+def test_gae_refuses_rewards_on_tool_tokens_and_places_terminal_rewards():
+    mask = torch.tensor([[True, True, False, True, False], [False, False, False, False, False]])
+    r = terminal_rewards(torch.tensor([2.0, 5.0]), mask)
+    assert r.tolist() == [[0, 0, 0, 2.0, 0], [0] * 5]
+    bad = torch.zeros(2, 5)
+    bad[0, 2] = 1.0
+    with pytest.raises(ValueError, match="non-action"):
+        gae(bad, torch.zeros(2, 5), mask)
+    adv, _ = gae(r, torch.zeros(2, 5), mask, gamma=0.5, lam=1.0)
+    assert adv[0].tolist() == [0.5, 1.0, 0.0, 2.0, 0.0]  # discounted per action step only
+
+
+def test_clipped_value_loss_matches_ppo_formula():
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    old = values + 0.3 * torch.randn(4, 6, generator=g, dtype=torch.float64)
+    returns = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    mask = torch.rand(4, 6, generator=g) < 0.7
+    v = values.clone().requires_grad_()
+    loss, m = clipped_value_loss(v, old, returns, mask, clip_eps=0.2)
+    w = values.clone().requires_grad_()
+    terms, clipped = [], 0
+    for i in range(4):
+        for t in range(6):
+            if mask[i, t]:
+                vc = old[i, t] + torch.clamp(w[i, t] - old[i, t], -0.2, 0.2)
+                a, b = (w[i, t] - returns[i, t]) ** 2, (vc - returns[i, t]) ** 2
+                terms.append(0.5 * max(a, b))
+                clipped += int(b > a)
+    expected = sum(terms) / len(terms)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(torch.autograd.grad(loss, v)[0], torch.autograd.grad(expected, w)[0])
+    assert m["value_clip_frac"] == pytest.approx(clipped / len(terms))
+    plain, _ = clipped_value_loss(values, old, returns, mask, clip_eps=None)
+    assert plain.item() == pytest.approx(0.5 * ((values - returns)[mask] ** 2).mean().item())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 5), st.integers(1, 4))
+def test_hybrid_loo_centering_excludes_self(seed, k, p):
+    g = torch.Generator().manual_seed(seed)
+    b, t = p * k, 6
+    mask = torch.rand(b, t, generator=g) < 0.7
+    mask[:, 0] = True
+    tok = torch.randn(b, t, generator=g, dtype=torch.float64)
+    valid = torch.rand(p, k, generator=g) < 0.8
+    out, stats = critic_group_centered(tok, mask, k, valid, mode="loo")
+    c = [(tok[i][mask[i]].mean().item()) for i in range(b)]
+    for i in range(b):
+        grp, j = divmod(i, k)
+        members = [grp * k + m for m in range(k) if valid[grp, m]]
+        if not valid[grp, j]:
+            assert torch.count_nonzero(out[i]) == 0
+            continue
+        others = [c[m] for m in members if m != i]
+        base = sum(others) / len(others) if len(members) >= 2 else 0.0
+        torch.testing.assert_close(out[i][mask[i]], tok[i][mask[i]] - base)
+    assert stats["groups_under_filled"] == (valid.sum(1) < 2).sum().item()
+
+
+def test_hybrid_mean_mode_is_the_scaled_self_including_variant():
+    tok = torch.tensor([[1.0, 1.0], [3.0, 3.0], [8.0, 8.0]])
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    loo, _ = critic_group_centered(tok, mask, 3, mode="loo")
+    mean, _ = critic_group_centered(tok, mask, 3, mode="mean")
+    torch.testing.assert_close(mean, (2 / 3) * loo)  # c_i - mean = (K-1)/K (c_i - loo_i)
+    with pytest.raises(ValueError, match="groups"):
+        critic_group_centered(tok, mask, 2)
+    with pytest.raises(ValueError, match="mode"):
+        critic_group_centered(tok, mask, 3, mode="median")
