@@ -33,7 +33,10 @@ def test_wheel_holds_only_the_forkgym_package(wheel):
     for sub in SUBPACKAGES:
         assert f"forkgym/{sub}/__init__.py" in names
     assert "forkgym/verifiers/data/sample_answers.jsonl" in names
-    assert "forkgym/envs/data/gsm8k_sample.jsonl" in names and "forkgym/envs/sandbox_runner.py" in names
+    assert (
+        "forkgym/envs/data/gsm8k_sample.jsonl" in names
+        and "forkgym/envs/sandbox_runner.py" in names
+    )
     assert "forkgym/cli/__init__.py" in names
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
 

@@ -176,6 +176,15 @@ class MathVerifier:
             self._grade_symbolic({item.key: [item]})  # type: ignore[dict-item]
         return self._outcome(item)
 
+    def verify_quick(self, reference: str, response: str) -> Outcome | None:
+        """The outcome if extraction, the verdict cache or the fast path decide it, else None.
+
+        Never waits for a worker, so an event loop can call it inline and send only the
+        symbolic rest to :meth:`verify_many` in a thread.
+        """
+        item = self._prepare(reference, response)
+        return None if item.status is None else self._outcome(item)
+
     def verify_many(self, pairs: Iterable[Sequence[str]]) -> list[Outcome]:
         """Grade many ``(reference, response)`` pairs; outcomes come back in the same order.
 

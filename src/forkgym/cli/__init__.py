@@ -9,6 +9,7 @@ import typer
 from forkgym import __version__
 
 from .envs import envs_app
+from .service import outcomes, serve
 from .verify import verify
 
 app = typer.Typer(
@@ -44,6 +45,8 @@ def _root(
 
 app.command()(verify)
 app.add_typer(envs_app, name="envs")
+app.command()(serve)
+app.command()(outcomes)
 
 
 def main() -> None:

@@ -1,0 +1,210 @@
+"""Verifier service throughput over HTTP with SQLite persistence, beside in-process grading.
+
+One run, the seeded mixes of ``verify_throughput.py`` (integer answers; MATH-like answers):
+
+* in-process: ``MathVerifier(workers=2).verify_many`` (the pool the service uses), no HTTP,
+  nothing recorded;
+* HTTP batches of 64: 4 client threads, each posting batches with the forkgym client;
+* HTTP singles, 16 concurrent clients: 16 threads, each with a ``VerifierClient`` (httpx);
+* HTTP singles, 16 connections, minimal client: raw HTTP/1.1 on 16 keep-alive sockets, so the
+  figure is the service's capacity rather than the client library's.
+
+Every HTTP item is graded, committed to SQLite (WAL) and acknowledged before it counts.
+Run: ``python benchmarks/service_throughput.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verify_throughput import integer_mix, math_mix
+
+from forkgym.services import VerifierClient
+from forkgym.services.server import READY_PREFIX
+from forkgym.verifiers import MathVerifier
+
+SEED = 20261202
+
+
+def start_server(db: Path) -> tuple[subprocess.Popen, str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "forkgym",
+        "serve",
+        "--db",
+        f"sqlite:///{db}",
+        "--port",
+        "0",
+        "--workers",
+        "2",
+        "--timeout",
+        "10",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    while True:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if line.startswith(READY_PREFIX):
+            return proc, line[len(READY_PREFIX) :].strip()
+        if not line:
+            raise RuntimeError("the server did not start")
+
+
+def pct(values: list[float], q: int) -> float:
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def in_process(items: list[tuple[str, str]]) -> dict[str, float]:
+    with MathVerifier(workers=2, timeout=10, cache_size=0) as verifier:
+        start = time.perf_counter()
+        outcomes = verifier.verify_many(items)
+        elapsed = time.perf_counter() - start
+    lat = [o.latency_ms for o in outcomes]
+    return {"per_s": len(items) / elapsed, "p50": pct(lat, 50), "p99": pct(lat, 99)}
+
+
+def threaded(url: str, items: list[tuple[str, str]], threads: int, batch: int) -> dict[str, float]:
+    """``threads`` clients; each sends its share, ``batch`` items per request (1 = singles)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def work(k: int) -> None:
+        mine = items[k::threads]
+        local = []
+        with VerifierClient(url, batch_size=batch, retries=2) as client:
+            for i in range(0, len(mine), batch):
+                t = time.perf_counter()
+                if batch == 1:
+                    outcome = client.verify(*mine[i])
+                    assert not outcome.is_infrastructure or outcome.status.value == "timeout", (
+                        outcome
+                    )
+                else:
+                    client.verify_many(mine[i : i + batch])
+                local.append((time.perf_counter() - t) * 1e3)
+        with lock:
+            latencies.extend(local)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    start = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return {"per_s": len(items) / elapsed, "p50": pct(latencies, 50), "p99": pct(latencies, 99)}
+
+
+def raw_singles(url: str, items: list[tuple[str, str]], connections: int = 16) -> dict[str, float]:
+    """16 keep-alive sockets speaking plain HTTP/1.1: the service's own capacity."""
+    parsed = urlparse(url)
+    latencies: list[float] = []
+    cursor = iter(items)
+
+    async def connection() -> None:
+        reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
+        for reference, response in cursor:
+            body = json.dumps(
+                {"reference": reference, "response": response, "idempotency_key": uuid.uuid4().hex}
+            ).encode()
+            head = f"POST /v1/verify HTTP/1.1\r\nHost: {parsed.netloc}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            t = time.perf_counter()
+            writer.write(head.encode() + body)
+            await writer.drain()
+            headers = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(h.split(b":")[1])
+                for h in headers.split(b"\r\n")
+                if h.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(length)
+            if not headers.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(headers.decode())
+            latencies.append((time.perf_counter() - t) * 1e3)
+        writer.close()
+
+    async def main() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(connection() for _ in range(connections)))
+        return time.perf_counter() - start
+
+    elapsed = asyncio.run(main())
+    return {"per_s": len(items) / elapsed, "p50": pct(latencies, 50), "p99": pct(latencies, 99)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = {"integer": 2000, "math": 64} if args.quick else {"integer": 8000, "math": 240}
+    results: dict[tuple[str, str], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mix, make in (("integer", integer_mix), ("math", math_mix)):
+            n = sizes[mix]
+            results[mix, "in-process pool (2 workers)"] = in_process(make(n, SEED))
+            proc, url = start_server(Path(tmp) / f"{mix}.db")
+            try:
+                # distinct seeds: every HTTP run records new items, never replays earlier ones
+                results[mix, "HTTP batches of 64, 4 clients"] = threaded(
+                    url, make(n, SEED + 1), threads=4, batch=64
+                )
+                results[mix, "HTTP singles, 16 forkgym clients"] = threaded(
+                    url, make(n, SEED + 2), threads=16, batch=1
+                )
+                results[mix, "HTTP singles, 16 raw connections"] = raw_singles(
+                    url, make(n, SEED + 3)
+                )
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+
+    print(
+        f"service_throughput  seed={SEED}  integer items={sizes['integer']}  MATH-like items={sizes['math']}  (2-worker pool, SQLite WAL)"
+    )
+    header = (
+        f"{'mix':8} {'path':36} {'verif/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs in-process':>14}"
+    )
+    print(header)
+    print("-" * len(header))
+    failed = False
+    for (mix, path), r in results.items():
+        base = results[mix, "in-process pool (2 workers)"]["per_s"]
+        ratio = r["per_s"] / base
+        mark = ""
+        if mix == "math" and path.startswith("HTTP batches"):
+            mark = f"  target >= 70%: {'PASS' if ratio >= 0.7 else 'FAIL'}"
+            failed |= ratio < 0.7
+        if mix == "integer" and "singles" in path:
+            ok = r["per_s"] >= 500
+            mark = f"  target >= 500/s: {'PASS' if ok else 'FAIL'}"
+            failed |= not ok and "raw" in path
+        print(
+            f"{mix:8} {path:36} {r['per_s']:>9,.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {ratio:>13.0%}{mark}"
+        )
+    print("p50/p99: per request (a batch of 64 counts once); in-process: per item")
+    print(
+        f"cpu count: {os.cpu_count()}; the clients run on the same {os.cpu_count()} cores as the service"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

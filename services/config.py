@@ -1,0 +1,43 @@
+"""Settings of the verifier service, one dataclass shared by the app, the server and the CLI."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from forkgym.store import default_url
+
+__all__ = ["ServiceConfig"]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything the service needs; defaults are safe for a laptop.
+
+    ``token``: when set, every route but ``/healthz`` needs ``Authorization: Bearer <token>``
+    (default: the ``FORKGYM_TOKEN`` environment variable). Limits are enforced before any
+    grading: bodies over ``max_body_bytes`` get 413, batches over ``max_batch`` items and
+    texts over their length limits get 422, each with the reason.
+    """
+
+    db_url: str = field(default_factory=default_url)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    timeout: float = 5.0
+    token: str | None = field(default_factory=lambda: os.environ.get("FORKGYM_TOKEN") or None)
+    max_batch: int = 1024
+    max_body_bytes: int = 16 << 20
+    max_response_chars: int = 262_144
+    max_reference_chars: int = 16_384
+    store_responses: bool = True
+    synchronous: str = "NORMAL"
+    cache_size: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("the service needs at least one worker process")
+        if not self.timeout > 0:
+            raise ValueError("timeout must be positive")
+        if self.max_batch < 1 or self.max_body_bytes < 1024:
+            raise ValueError("max_batch must be >= 1 and max_body_bytes >= 1024")

@@ -1,0 +1,153 @@
+"""``forkgym serve`` and ``forkgym outcomes``: run the verifier service, query its store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="SQLAlchemy URL of the store (default: sqlite under $FORKGYM_DATA_DIR)."
+    ),
+]
+
+
+def serve(
+    db: DbOption = None,
+    host: Annotated[
+        str, typer.Option(help="Interface to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
+    workers: Annotated[
+        int | None, typer.Option(help="Verification worker processes (default: CPU count).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
+    ] = 5.0,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token for every route but /healthz (default: $FORKGYM_TOKEN).",
+            envvar="FORKGYM_TOKEN",
+        ),
+    ] = None,
+    max_batch: Annotated[int, typer.Option(help="Most items in one batch request.")] = 1024,
+    max_body_mb: Annotated[
+        float, typer.Option(help="Largest request body, MiB (413 beyond).")
+    ] = 16.0,
+    max_response_chars: Annotated[
+        int, typer.Option(help="Longest response text (422 beyond).")
+    ] = 262_144,
+    store_responses: Annotated[
+        bool,
+        typer.Option(
+            "--store-responses/--hash-responses-only",
+            help="Keep response texts, or only their SHA-256 and size.",
+        ),
+    ] = True,
+    synchronous: Annotated[
+        str,
+        typer.Option(
+            help="SQLite synchronous mode: NORMAL survives a killed process, FULL also power loss."
+        ),
+    ] = "NORMAL",
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve the verifier over HTTP; prints the address once ready; Ctrl-C stops it cleanly."""
+    import os
+
+    from forkgym.services.config import ServiceConfig
+    from forkgym.services.server import serve as run_server
+    from forkgym.store import default_url
+
+    try:
+        config = ServiceConfig(
+            db_url=db or default_url(),
+            host=host,
+            port=port,
+            workers=workers or os.cpu_count() or 1,
+            timeout=timeout,
+            token=token,
+            max_batch=max_batch,
+            max_body_bytes=int(max_body_mb * 2**20),
+            max_response_chars=max_response_chars,
+            store_responses=store_responses,
+            synchronous=synchronous,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        run_server(config, log_level=log_level)
+    except OSError as exc:
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+
+
+def outcomes(
+    db: DbOption = None,
+    run_id: Annotated[str | None, typer.Option(help="Only this run.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only this status (for --export).")] = None,
+    slowest_n: Annotated[int, typer.Option("--slowest", help="Show the N slowest items.")] = 0,
+    export: Annotated[
+        Path | None, typer.Option(help="Write the outcomes as JSONL here ('-' for stdout).")
+    ] = None,
+) -> None:
+    """Status counts and latency percentiles of the store; optionally the slowest items or a JSONL export."""
+    from sqlalchemy import inspect
+
+    from forkgym.store import (
+        default_url,
+        latency_percentiles,
+        make_engine,
+        slowest,
+        status_counts,
+        write_jsonl,
+    )
+
+    engine = make_engine(db or default_url())
+    if "verification_outcomes" not in inspect(engine).get_table_names():
+        typer.echo(f"error: no outcome store at {engine.url} (run `forkgym serve` first)", err=True)
+        raise typer.Exit(code=2)
+    with engine.connect() as conn:
+        if export is not None:
+            if str(export) == "-":
+                n = write_jsonl(conn, sys.stdout, run_id=run_id, status=status)
+            else:
+                with export.open("w", encoding="utf-8") as fh:
+                    n = write_jsonl(conn, fh, run_id=run_id, status=status)
+            typer.echo(f"exported {n} outcomes", err=True)
+            return
+        counts = status_counts(conn, run_id=run_id)
+        latency = latency_percentiles(conn, run_id=run_id)
+        total = sum(counts.values())
+        table = Table(title=f"outcomes{f' of run {run_id}' if run_id else ''}: {total}")
+        table.add_column("status")
+        table.add_column("count", justify="right")
+        table.add_column("share", justify="right")
+        for name, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+            table.add_row(name, str(n), f"{n / total:.1%}")
+        table.caption = "latency ms: " + ", ".join(
+            f"{k} {v:.1f}" if v is not None else f"{k} -" for k, v in latency.items()
+        )
+        console.print(table)
+        if slowest_n:
+            slow = Table(title=f"{slowest_n} slowest")
+            for column in ("id", "status", "latency ms", "extracted"):
+                slow.add_column(column)
+            for row in slowest(conn, slowest_n, run_id=run_id):
+                slow.add_row(
+                    row["id"],
+                    row["status"],
+                    f"{row['latency_ms']:.1f}",
+                    (row["extracted"] or "")[:40],
+                )
+            console.print(slow)
+    engine.dispose()

@@ -1,0 +1,86 @@
+"""Engines for the outcome store: any SQLAlchemy URL, with SQLite set up for concurrency.
+
+SQLite under concurrent writers fails with "database is locked" unless it is set up with care:
+
+* WAL journal (readers never block the writer), ``synchronous=NORMAL`` (a commit survives a
+  killed process; ``FULL`` also survives power loss), ``busy_timeout`` so a waiting
+  connection retries instead of failing, and foreign keys on;
+* writers take the lock when their transaction starts (``BEGIN IMMEDIATE``): a deferred
+  transaction that reads first and writes later can fail with "database is locked" whatever
+  the busy timeout, because it cannot wait for a lock while holding a read snapshot.
+
+pysqlite's own transaction handling is switched off so the ``BEGIN`` is ours. Other backends
+(PostgreSQL for multi-host deployments) get no special treatment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+__all__ = ["default_url", "is_sqlite", "make_engine"]
+
+
+def default_url() -> str:
+    """``sqlite:///$FORKGYM_DATA_DIR/forkgym.db`` (default data dir: ~/.local/share/forkgym)."""
+    base = os.environ.get("FORKGYM_DATA_DIR") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "forkgym"
+    )
+    return f"sqlite:///{Path(base) / 'forkgym.db'}"
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def make_engine(
+    url: str,
+    *,
+    writer: bool = False,
+    busy_timeout_ms: int = 30_000,
+    synchronous: str = "NORMAL",
+    **kwargs: Any,
+) -> Engine:
+    """An engine for ``url``.
+
+    ``writer=True``: every transaction is ``BEGIN IMMEDIATE``. Otherwise (readers) statements
+    autocommit, so ``engine.begin()`` on a reader engine does not make several statements
+    atomic: write through a writer engine.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, **kwargs)
+    if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
+    database = parsed.database
+    if database and database != ":memory:":
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if not writer:  # a connection per request thread: overflow ones churn (connect + pragmas)
+        kwargs.setdefault("pool_size", 48)
+        kwargs.setdefault("max_overflow", 16)
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite must not BEGIN: we do (writers)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    if writer:
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection: Any) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    # Readers run each statement in autocommit mode: a BEGIN/ROLLBACK pair around one SELECT
+    # is pure overhead, and none of them needs more than one statement's snapshot.
+
+    return engine
