@@ -38,6 +38,8 @@ def test_wheel_holds_only_the_forkgym_package(wheel):
         and "forkgym/envs/sandbox_runner.py" in names
     )
     assert "forkgym/cli/__init__.py" in names
+    assert "forkgym/store/migrations/env.py" in names
+    assert "forkgym/store/migrations/versions/0001_initial.py" in names
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
 
 
