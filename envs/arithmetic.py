@@ -4,6 +4,10 @@ Each task is an expression of ``terms`` random ``digits``-digit numbers joined b
 drawn from ``operations`` (any of ``+-*/``), evaluated exactly with the usual precedence.
 ``level`` is a curriculum knob that overrides digits and terms: level 0 is two 1-digit terms,
 and each level adds a digit or a term in turn. Division makes exact fractional answers.
+``solution_style`` is the gold answer's form: ``worked`` restates the expression in a
+sentence, ``compact`` is ``expression = \\boxed{result}``, ``answer`` the boxed result alone.
+Restating the operands right before the result makes the sum far easier for a tiny model to
+learn; ``compact`` keeps that at half the tokens of ``worked``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from .math_env import ANSWER_INSTRUCTION, MathEnv
 from .task import Draws, Task
 
 __all__ = ["ArithmeticEnv", "curriculum"]
+
+_SOLUTIONS = {  # the gold answer's form, by solution_style
+    "worked": "{expression} = {answer}, so the answer is $\\boxed{{{answer}}}$.",
+    "compact": "{expression} = \\boxed{{{answer}}}",
+    "answer": "$\\boxed{{{answer}}}$",
+}
 
 
 def curriculum(level: int) -> tuple[int, int]:
@@ -38,8 +48,12 @@ class ArithmeticEnv(MathEnv):
         operations: str = "+-*",
         level: int | None = None,
         max_attempts: int = 1,
+        solution_style: str = "worked",
         **common: Any,
     ) -> None:
+        if solution_style not in _SOLUTIONS:
+            raise ValueError(f"solution_style must be one of {sorted(_SOLUTIONS)}")
+        self.solution_style = solution_style
         if level is not None:
             digits, terms = curriculum(level)
         if digits < 1 or terms < 2:
@@ -47,7 +61,13 @@ class ArithmeticEnv(MathEnv):
         if not operations or set(operations) - set("+-*/"):
             raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
         self.digits, self.terms, self.operations = digits, terms, "".join(sorted(set(operations)))
-        config = {"digits": digits, "terms": terms, "operations": self.operations, "level": level}
+        config = {
+            "digits": digits,
+            "terms": terms,
+            "operations": self.operations,
+            "level": level,
+            "solution_style": solution_style,
+        }
         super().__init__(config=config, max_attempts=max_attempts, **common)
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
@@ -73,6 +93,6 @@ class ArithmeticEnv(MathEnv):
             answer=answer,
             family="arithmetic",
             difficulty=self.digits * self.terms,
-            solution=f"{expression} = {answer}, so the answer is $\\boxed{{{answer}}}$.",
+            solution=_SOLUTIONS[self.solution_style].format(expression=expression, answer=answer),
             data={"expression": expression},
         )

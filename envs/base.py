@@ -63,6 +63,10 @@ def derived_pcg64_state(*key: str | int) -> dict[str, Any]:
     }
 
 
+class _Default:
+    """Sentinel: keep the environment class's own system prompt."""
+
+
 @dataclass
 class Turn:
     """What the environment made of one assistant message.
@@ -96,6 +100,7 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         max_turns: int = 1,
         max_chars: int = DEFAULT_MAX_CHARS,
         render_mode: str | None = None,
+        system_prompt: str | type[_Default] | None = _Default,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -105,7 +110,14 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         # rebuilds it in fork(), so its keys must be the constructor's parameter names.
         self.config = dict(config)
         self.identity: dict[str, Any] = {}  # more of what decides tasks (e.g. a data file hash)
-        self._common = {"rewards": rewards, "max_turns": max_turns, "max_chars": max_chars}
+        if system_prompt is not _Default:  # None: no system message (short prompts for tiny models)
+            self.system_prompt = system_prompt  # type: ignore[assignment]
+        self._common = {
+            "rewards": rewards,
+            "max_turns": max_turns,
+            "max_chars": max_chars,
+            "system_prompt": system_prompt,
+        }
         self.verifier = verifier
         self.rewards = rewards
         self.max_turns = max_turns
@@ -173,6 +185,7 @@ class TextEnv(gym.Env[dict[str, Any], str]):
                 "identity": self.identity,
                 "max_turns": self.max_turns,
                 "rewards": self.rewards.as_dict(),
+                "system_prompt": self.system_prompt,
             },
             sort_keys=True,
             default=str,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .base import TextEnv, Turn
+from .base import TextEnv, Turn, _Default
 from .math_env import ANSWER_INSTRUCTION
 from .tool_parsers import TOOL_PARSERS, ToolCall
 
@@ -122,10 +122,9 @@ class ToolEnv(TextEnv):
             config={**config, "tool_parser": tool_parser}, max_turns=max_turns, **common
         )
         self.parser = TOOL_PARSERS[tool_parser]()
-        schemas = [spec.schema() for spec in self.tools.values()]
-        self.system_prompt = (
-            f"{self.instructions}\n\n{self.parser.instructions(schemas)}\n\n{ANSWER_INSTRUCTION}"
-        )
+        if common.get("system_prompt", _Default) is _Default:  # describe the tools to the model
+            schemas = [spec.schema() for spec in self.tools.values()]
+            self.system_prompt = f"{self.instructions}\n\n{self.parser.instructions(schemas)}\n\n{ANSWER_INSTRUCTION}"
 
     @property
     def episode(self) -> dict[str, Any]:

@@ -10,12 +10,22 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, CheckConstraint, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from forkgym.verifiers import INFRASTRUCTURE_STATUSES, Status
 
-__all__ = ["Base", "OutcomeRow", "RunRow", "utcnow"]
+__all__ = ["Base", "MetricRow", "OutcomeRow", "RunRow", "utcnow"]
 
 _ALL = ", ".join(f"'{s.value}'" for s in Status)
 _INFRA = ", ".join(sorted(f"'{s.value}'" for s in INFRASTRUCTURE_STATUSES))
@@ -70,3 +80,16 @@ class OutcomeRow(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class MetricRow(Base):
+    """One training step's metrics (a flat JSON object), at most one row per (run, step)."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_metrics_run_step"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

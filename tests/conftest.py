@@ -20,3 +20,11 @@ def inline_verifier() -> MathVerifier:
     verifier = MathVerifier(workers=0, cache_size=0)
     yield verifier
     verifier.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The default tiny model, built once per session (offline, a few seconds)."""
+    from forkgym.agents.models import init_model
+
+    return init_model(tmp_path_factory.mktemp("tiny-model") / "model", corpus_seeds=8)

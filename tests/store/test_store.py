@@ -71,7 +71,7 @@ def test_migration_matches_the_models_and_is_idempotent(url):
     engine = make_engine(url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert MigrationContext.configure(conn).get_current_revision() == "0001"
+        assert MigrationContext.configure(conn).get_current_revision() == "0002"
 
 
 @pytest.mark.parametrize(

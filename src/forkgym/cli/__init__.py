@@ -10,6 +10,7 @@ from forkgym import __version__
 
 from .envs import envs_app
 from .service import outcomes, serve
+from .train import evaluate, model_app, runs_app, sft, train
 from .verify import verify
 
 app = typer.Typer(
@@ -47,6 +48,11 @@ app.command()(verify)
 app.add_typer(envs_app, name="envs")
 app.command()(serve)
 app.command()(outcomes)
+app.add_typer(model_app, name="model")
+app.command()(sft)
+app.command()(train)
+app.command("eval")(evaluate)
+app.add_typer(runs_app, name="runs")
 
 
 def main() -> None:

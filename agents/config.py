@@ -1,0 +1,184 @@
+"""The training configuration: one typed dataclass, loadable from YAML or TOML, overridable.
+
+``TrainConfig.load(path, overrides)`` reads a file (``.yaml``/``.yml``/``.toml``), applies
+``key=value`` overrides (values parsed as YAML scalars; ``env_kwargs.digits=3`` reaches into a
+dict field) and validates everything at once, naming every unknown key. The resolved config
+is saved with each run (``config.yaml``), so a run directory says exactly what produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["ConfigError", "TrainConfig"]
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is wrong; the message says which key and why."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on (the seed included)."""
+
+    model: str = "runs/tiny-model"  # a directory from `forkgym model init`/`sft`, or a hub name
+    env: str = "forkgym/Arithmetic-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    estimator: str = "rloo"
+    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    loss: str = "ppo_clip"
+    loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    reduction: str | None = None  # None: the loss's own default (named in the metrics)
+    steps: int = 100
+    time_budget_s: float | None = None  # stop (evaluated and checkpointed) after this long
+    seed: int = 0
+    prompts_per_step: int = 8
+    k: int = 8  # sampled branches per task
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 24  # per assistant turn
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    micro_batch_size: int = 64
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    dynamic_sampling: bool = False  # DAPO: keep only groups with signal
+    max_resample_rounds: int = 3
+    eval_every: int = 25
+    eval_episodes: int = 128
+    eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)
+    eval_seed: int = 10_000  # held-out task seeds are drawn from a separate stream
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    out: str = "runs/train"
+    store_url: str | None = None  # SQLite/SQL URL for runs and metrics (None: RUN_DIR/metrics.db)
+    verifier_url: str | None = None  # grade through the HTTP service instead of in-process
+    device: str = "cpu"
+    threads: int | None = None  # torch intra-op threads (None: leave as is)
+    tensorboard: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, ok, why in (
+            ("steps", self.steps >= 1, "must be >= 1"),
+            ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
+            ("k", self.k >= 1, "must be >= 1"),
+            ("temperature", self.temperature > 0, "must be > 0"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
+            ("lr", self.lr > 0, "must be > 0"),
+            ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
+            ("minibatches", self.minibatches >= 1, "must be >= 1"),
+            ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
+            ("kl_coef", self.kl_coef >= 0, "must be >= 0"),
+            ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
+            ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),
+        ):
+            if not ok:
+                problems.append(f"{name}={getattr(self, name)!r} {why}")
+        from .estimators import ESTIMATORS, GROUP_ESTIMATORS
+        from .losses import LOSSES
+
+        if self.estimator not in ESTIMATORS:
+            problems.append(f"estimator={self.estimator!r} is not one of {sorted(ESTIMATORS)}")
+        elif self.estimator in GROUP_ESTIMATORS and self.k < 2:
+            problems.append(
+                f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
+            )
+        if self.loss not in LOSSES:
+            problems.append(f"loss={self.loss!r} is not one of {sorted(LOSSES)}")
+        if problems:
+            raise ConfigError("invalid training config: " + "; ".join(problems))
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+
+    @property
+    def needs_greedy(self) -> bool:
+        """ReMax's baseline is one greedy branch per task."""
+        return self.estimator == "remax"
+
+    # -- files and overrides ---------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @classmethod
+    def load(
+        cls, path: str | Path | None = None, overrides: list[str] | None = None, **values: Any
+    ) -> TrainConfig:
+        """File, then keyword values, then ``key=value`` overrides (later wins)."""
+        data: dict[str, Any] = read_file(path) if path is not None else {}
+        data.update({k: v for k, v in values.items() if v is not None})
+        for override in overrides or []:
+            apply_override(data, override)
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["betas"] = list(self.betas)
+        return data
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix in {".yaml", ".yml"}:
+        data = yaml.safe_load(text) or {}
+    elif path.suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+        data = tomllib.loads(text)
+    else:
+        raise ConfigError(f"{path}: config files are .yaml, .yml or .toml")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """``key=value`` or ``dict_field.key=value``; the value is parsed as a YAML scalar."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {override!r} is not key=value")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {override!r}: {exc}") from None
+    if isinstance(value, str):  # YAML 1.1 reads 3e-4 as a string; a number is meant
+        for kind in (int, float):
+            try:
+                value = kind(raw)
+                break
+            except ValueError:
+                continue
+    head, dot, rest = key.partition(".")
+    if dot:
+        target = data.setdefault(head, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"override {override!r}: {head!r} is not a mapping")
+        target[rest] = value
+    else:
+        data[key] = value

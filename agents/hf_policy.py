@@ -1,0 +1,434 @@
+"""The :class:`~forkgym.agents.policy.Policy` on Hugging Face transformers: batched, KV-cached.
+
+``model.generate`` cannot take a temperature, a top-p and a seed per request in one batch,
+so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
+
+* prompts are left-padded into one batch, with an attention mask and position ids counted
+  from each row's first real token (so padding changes nothing but float rounding);
+* one prefill forward (logits of the last position only), then one forward per new token on
+  the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``, the 5.x name;
+  ``past_key_values=`` for models whose ``forward`` predates it);
+* rows that finish (a stop token, or their own ``max_new_tokens``) leave the batch and the KV
+  cache at once (``Cache.batch_select_indices``), so short answers stop costing compute;
+* sampling is vectorised over rows: log-softmax of ``logits / T`` per row, the top-p nucleus
+  from one sort, and Gumbel-max with per-row noise.
+
+**Determinism.** Each sampled row draws its Gumbel noise from its own CPU ``torch.Generator``,
+seeded with the request's seed (or, for a request without one, with a seed drawn from the
+policy's own generator, ``HFPolicy(seed=...)``, in request order; torch's global RNG is never
+used). The ``k``-th token of a row uses exactly the ``k``-th block of ``V`` uniforms of its
+stream, whatever else is in the batch and however long the other rows run. So the same
+request with the same seed and weights gives the same tokens alone or in any batch, up to float
+rounding of the logits under different padding (which can only matter when two perturbed
+scores tie to ~1e-6). Greedy rows use no randomness.
+
+**Log-probs** follow :mod:`forkgym.agents.policy`: ``log_softmax(logits / T)`` over the full
+vocabulary, at the request's temperature (``T = 1`` for greedy), never renormalised over the
+nucleus. :func:`token_logprobs` and :func:`token_logprobs_and_entropy` compute the same
+quantity with gradients for the trainer.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .policy import Generation, GenerationRequest
+
+__all__ = [
+    "HFPolicy",
+    "entropy_from_logits",
+    "logprobs_from_logits",
+    "position_ids_from_mask",
+    "sequence_logits",
+    "token_entropy",
+    "token_logprobs",
+    "token_logprobs_and_entropy",
+]
+
+
+# -- differentiable helpers for the trainer -------------------------------------------------------
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted from each row's first real token (left or right padding)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def _forward_kwargs(model: Any) -> tuple[str, bool]:
+    """The name of the KV-cache argument of ``model.forward`` and whether it has ``logits_to_keep``."""
+    params = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    return cache_kw, "logits_to_keep" in params
+
+
+def sequence_logits(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[B, T, V]`` logits of a full forward (no cache), positions from the mask."""
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    return out.logits
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """``[B, T]``: entry ``t`` is ``log softmax(logits[:, t-1] / T)[input_ids[:, t]]``; entry 0 is 0.
+
+    Computed in float32 at least, as ``logit - logsumexp`` (no ``[B, T, V]`` log-softmax copy).
+    """
+    scores = logits[:, :-1].float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    picked = scores.gather(-1, targets).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``[B, T]``: entry ``t`` is the entropy of the distribution that produced token ``t``
+    (``softmax(logits[:, t-1] / T)``); entry 0 is 0."""
+    scores = logits[:, :-1].float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    logp = torch.log_softmax(scores, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return torch.nn.functional.pad(entropy, (1, 0))
+
+
+def token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Differentiable ``[B, T]`` log-probs of ``input_ids`` under ``model`` (see
+    :func:`logprobs_from_logits` for the alignment). Padding entries hold garbage: mask them."""
+    logits = sequence_logits(model, input_ids, attention_mask)
+    return logprobs_from_logits(logits, input_ids, temperature)
+
+
+def token_entropy(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """``[B, T]`` entropies aligned like :func:`token_logprobs`."""
+    return entropy_from_logits(sequence_logits(model, input_ids, attention_mask), temperature)
+
+
+def token_logprobs_and_entropy(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both from one forward: ``(log-probs [B, T], entropy [B, T])``, differentiable."""
+    logits = sequence_logits(model, input_ids, attention_mask)
+    return (
+        logprobs_from_logits(logits, input_ids, temperature),
+        entropy_from_logits(logits, temperature),
+    )
+
+
+# -- the policy ---------------------------------------------------------------------------------
+
+_STOP, _LENGTH = 1, 2
+
+
+class HFPolicy:
+    """A transformers causal LM behind the :class:`~forkgym.agents.policy.Policy` protocol.
+
+    ``model`` may be the trainer's own module (then call ``sync_weights(None)`` after each
+    optimizer step: nothing is copied, the version is bumped) or a separate copy that receives
+    the trainer's ``state_dict``. ``max_batch`` rows are decoded together at most (longer
+    request lists are split after sorting by prompt length, which only saves padding);
+    :meth:`logprobs` also keeps each forward's ``[rows, width, vocab]`` logits under
+    ``max_logit_elements`` (2**26 floats, 256 MB: 65,536 tokens of a 1,024-token vocabulary,
+    441 of Qwen's 151,936). ``seed`` seeds the stream that gives unseeded sampled requests
+    their seeds.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any | None = None,
+        device: str | torch.device | None = None,
+        max_batch: int = 128,
+        seed: int = 0,
+        max_logit_elements: int = 2**26,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.max_logit_elements = max_logit_elements
+        self.model = model
+        self.tokenizer = tokenizer
+        if device is not None:
+            self.model.to(device)
+        self.device = next(model.parameters()).device
+        self.max_batch = max_batch
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(model.config, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else 0
+        self._seed_stream = torch.Generator().manual_seed(seed)
+        self._version = 0
+        self._cache_kw, self._has_logits_to_keep = _forward_kwargs(model)
+
+    # -- Policy protocol ------------------------------------------------------------------------
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def sync_weights(self, state_dict: Mapping[str, Any] | None = None) -> None:
+        """``None``: the model is shared with the trainer, only the version moves. Otherwise
+        load ``state_dict`` (strict: every key of the model, nothing else), then bump."""
+        if state_dict is not None:
+            with torch.no_grad():
+                self.model.load_state_dict(state_dict, strict=True)
+        self._version += 1
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        requests = list(requests)
+        vocab = self._vocab_size()
+        for i, request in enumerate(requests):  # all checks first: nothing runs or is drawn
+            if not request.prompt_ids:
+                raise ValueError(f"request {i} has an empty prompt")
+            for t in request.params.stop_token_ids:
+                if not 0 <= t < vocab:
+                    raise ValueError(
+                        f"request {i}: stop token id {t} is outside the vocabulary (size {vocab})"
+                    )
+        seeds: list[int | None] = []
+        for request in requests:
+            params = request.params
+            if params.greedy:
+                seeds.append(None)
+            elif params.seed is not None:
+                seeds.append(int(params.seed))
+            else:  # unseeded: a seed from the policy's own stream, in request order
+                seeds.append(int(torch.randint(2**62, (1,), generator=self._seed_stream)))
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
+        results: list[Generation | None] = [None] * len(requests)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.max_batch):
+                    chunk = order[start : start + self.max_batch]
+                    outs = self._generate_batch(
+                        [requests[i] for i in chunk], [seeds[i] for i in chunk]
+                    )
+                    for i, out in zip(chunk, outs, strict=True):
+                        results[i] = out
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def logprobs(
+        self,
+        sequences: Sequence[Sequence[int]],
+        starts: Sequence[int],
+        temperature: float = 1.0,
+    ) -> list[torch.Tensor]:
+        """Float32 CPU tensors: log-probs of ``sequences[i][starts[i]:]`` given their prefixes,
+        at ``temperature`` (full vocabulary). ``starts[i]`` must be in ``1 .. len``."""
+        if len(sequences) != len(starts):
+            raise ValueError("need one start per sequence")
+        if not temperature > 0:
+            raise ValueError("temperature must be > 0")
+        for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
+            if not 1 <= start <= len(seq):
+                raise ValueError(
+                    f"starts[{i}] = {start} must be in 1..{len(seq)} (the first token has no prefix)"
+                )
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        results: list[torch.Tensor | None] = [None] * len(sequences)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for chunk in self._logprob_chunks([len(sequences[i]) for i in order], order):
+                    width = max(len(sequences[i]) for i in chunk)
+                    ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                    for row, i in enumerate(chunk):  # right padding
+                        ids[row, : len(sequences[i])] = torch.as_tensor(sequences[i])
+                        mask[row, : len(sequences[i])] = 1
+                    lp = token_logprobs(
+                        self.model, ids.to(self.device), mask.to(self.device), temperature
+                    ).cpu()
+                    for row, i in enumerate(chunk):
+                        results[i] = lp[row, starts[i] : len(sequences[i])].clone()
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def _logprob_chunks(self, lengths: list[int], order: list[int]) -> list[list[int]]:
+        """Split ``order`` (sorted by length) into forwards of at most ``max_batch`` rows whose
+        logits stay under ``max_logit_elements`` (a single sequence always gets its own)."""
+        vocab = self._vocab_size()
+        chunks: list[list[int]] = []
+        for index, length in zip(order, lengths, strict=True):
+            if chunks:
+                rows = len(chunks[-1]) + 1
+                if rows <= self.max_batch and rows * length * vocab <= self.max_logit_elements:
+                    chunks[-1].append(index)
+                    continue
+            chunks.append([index])
+        return chunks
+
+    # -- decoding -------------------------------------------------------------------------------
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        kwargs: dict[str, Any] = {self._cache_kw: cache}
+        if self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kwargs
+        )
+        return out.logits[:, -1].float()
+
+    def _vocab_size(self) -> int:
+        """Width of the logits (the output embedding's rows)."""
+        head = self.model.get_output_embeddings()
+        if head is not None and getattr(head, "weight", None) is not None:
+            return int(head.weight.shape[0])
+        return int(self.model.config.vocab_size)
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _generate_batch(
+        self, requests: list[GenerationRequest], seeds: list[int | None]
+    ) -> list[Generation]:
+        dev = self.device
+        n = len(requests)
+        params = [r.params for r in requests]
+        lengths = [len(r.prompt_ids) for r in requests]
+        width = max(lengths)
+        ids = torch.tensor(
+            [
+                [self.pad_token_id] * (width - L) + list(r.prompt_ids)
+                for r, L in zip(requests, lengths, strict=True)
+            ],
+            dtype=torch.long,
+        )
+        mask = torch.tensor([[0] * (width - L) + [1] * L for L in lengths], dtype=torch.long)
+        pos = position_ids_from_mask(mask)
+
+        greedy = torch.tensor([p.greedy for p in params], device=dev)
+        temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
+        top_p = torch.tensor([1.0 if p.greedy else p.top_p for p in params], device=dev)
+        max_new = torch.tensor([p.max_new_tokens for p in params], device=dev)
+        generators = [
+            None if s is None else torch.Generator().manual_seed(s) for s in seeds
+        ]  # CPU streams: the same noise on any device
+        steps = max(p.max_new_tokens for p in params)
+
+        cache = self._new_cache()
+        logits = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
+        vocab = logits.shape[-1]
+        stop_table: torch.Tensor | None = None
+        if any(p.stop_token_ids for p in params):
+            stop_table = torch.zeros((n, vocab), dtype=torch.bool)
+            for row, p in enumerate(params):
+                stop_table[row, list(p.stop_token_ids)] = True
+            stop_table = stop_table.to(dev)
+
+        tokens = torch.zeros((n, steps), dtype=torch.long, device=dev)
+        logps = torch.zeros((n, steps), dtype=torch.float32, device=dev)
+        n_tokens = torch.zeros(n, dtype=torch.long, device=dev)
+        finish = torch.zeros(n, dtype=torch.long, device=dev)
+        alive = torch.arange(n, device=dev)  # original row of each row of the live batch
+        alive_list = list(range(n))
+        mask = mask.to(dev)
+        next_pos = pos[:, -1].to(dev) + 1
+        need_top_p = any(not p.greedy and p.top_p < 1.0 for p in params)
+
+        for step in range(steps):
+            token, logp = self._pick(
+                logits,
+                temps[alive],
+                top_p[alive] if need_top_p else None,
+                greedy[alive],
+                [generators[i] for i in alive_list],
+            )
+            tokens[alive, step] = token
+            logps[alive, step] = logp
+            stopped = (
+                stop_table[alive, token]
+                if stop_table is not None
+                else torch.zeros_like(token, dtype=torch.bool)
+            )
+            at_length = max_new[alive] <= step + 1
+            done = stopped | at_length
+            finish[alive] = torch.where(stopped, _STOP, torch.where(at_length, _LENGTH, 0))
+            n_tokens[alive] = step + 1
+            if bool(done.all()):
+                break
+            if bool(done.any()):  # finished rows leave the batch and the cache
+                keep = (~done).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                alive, token, mask, next_pos = alive[keep], token[keep], mask[keep], next_pos[keep]
+                alive_list = alive.tolist()
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = self._forward(token[:, None], mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+
+        tokens_l, logps_l = tokens.cpu().tolist(), logps.cpu().tolist()
+        counts, finishes = n_tokens.cpu().tolist(), finish.cpu().tolist()
+        return [
+            Generation(
+                token_ids=tuple(tokens_l[row][: counts[row]]),
+                logprobs=tuple(logps_l[row][: counts[row]]),
+                finish_reason="stop" if finishes[row] == _STOP else "length",
+            )
+            for row in range(n)
+        ]
+
+    def _pick(
+        self,
+        logits: torch.Tensor,
+        temps: torch.Tensor,
+        top_p: torch.Tensor | None,
+        greedy: torch.Tensor,
+        generators: list[torch.Generator | None],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next token and its log-prob (full vocabulary, at the row's temperature) per row."""
+        logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+        sampled_rows = [r for r, g in enumerate(generators) if g is not None]
+        if not sampled_rows:
+            token = logits.argmax(-1)
+        else:
+            scores = logp
+            if top_p is not None:  # the smallest prefix of the sorted vocabulary with mass >= p
+                sorted_logp, order = logp.sort(dim=-1, descending=True)
+                probs = sorted_logp.exp()
+                outside = (probs.cumsum(-1) - probs) >= top_p[:, None]
+                outside &= (top_p < 1.0)[:, None]
+                scores = logp.masked_fill(outside.scatter(1, order, outside), float("-inf"))
+            vocab = logits.shape[-1]
+            uniforms = torch.stack(
+                [torch.rand(vocab, generator=generators[r]) for r in sampled_rows]
+            ).to(logits.device)
+            gumbel = torch.zeros_like(logp)
+            gumbel[sampled_rows] = -torch.log(-torch.log(uniforms))
+            token = torch.where(greedy, logits.argmax(-1), (scores + gumbel).argmax(-1))
+        return token, logp.gather(1, token[:, None]).squeeze(1)

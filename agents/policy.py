@@ -1,0 +1,82 @@
+"""The policy interface: token ids in, token ids and behaviour log-probs out.
+
+The trainer and the rollout code see only this protocol, so a generation backend (Hugging Face
+transformers here, vLLM later) slots in without touching them. Text never round-trips through
+the interface: prompts are token ids, continuations come back as the ids that were sampled,
+which is what keeps multi-turn episodes token-exact.
+
+Log-prob convention (the trainer relies on it): ``Generation.logprobs[t]`` is
+``log softmax(logits_t / T)[token_t]`` over the FULL vocabulary, with ``T`` the request's
+temperature (``T = 1`` for greedy requests). It is not renormalised over the top-p nucleus:
+the trainer computes the current policy's log-probs the same way, so importance ratios compare
+like with like (a renormalised behaviour log-prob would bias every ratio of a top-p sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Generation", "GenerationRequest", "Policy", "SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to continue one prompt. ``greedy=True`` ignores temperature, top-p and seed."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None  # same seed, same prompt, same weights -> same tokens, in any batch
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if not self.greedy and not self.temperature > 0:
+            raise ValueError("temperature must be > 0 for sampling (use greedy=True instead)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A continuation: the sampled ids (the stop token included when one was produced)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]  # one per token id, see the module docstring
+    finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the rollout code and the trainer need from a generation backend."""
+
+    @property
+    def weight_version(self) -> int:
+        """Increases with every :meth:`sync_weights`; recorded with each rollout."""
+        ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Continue every request in one batched call; results in request order."""
+        ...
+
+    def logprobs(
+        self, sequences: Sequence[Sequence[int]], starts: Sequence[int], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Log-probs (no grad) of ``sequences[i][starts[i]:]`` given their prefixes."""
+        ...
+
+    def sync_weights(self, state_dict: Mapping[str, Any] | None = None) -> None:
+        """Take the trainer's weights (None: the backend shares the trainer's model)."""
+        ...

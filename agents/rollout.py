@@ -1,0 +1,328 @@
+"""Group rollouts: K sampled branches (and a greedy one for ReMax) per task, token-exact.
+
+Every branch of a group starts from ``env.reset(seed=task_seed)`` of the same task, so the
+branches differ only by what the policy samples. All live branches of all groups are
+continued in ONE batched ``policy.generate`` call per turn. Multi-turn episodes are kept as
+token ids from start to end:
+
+* the first prompt is the tokenizer's chat template applied to the env's first observation;
+* generated ids are appended exactly as sampled (never decoded and re-encoded), with action
+  mask 1 and their behaviour log-probs;
+* what the env adds (tool results, feedback) is appended as the chat template renders it,
+  tokenised on its own, with action mask 0: the template's rendering of the conversation so
+  far must be a string prefix of its rendering of the longer one (checked, not assumed).
+
+A turn that hits ``max_new_tokens`` without a stop token ends the episode as ``truncated``
+(``env.truncate("max_tokens")``). Per episode the tokens, mask, behaviour log-probs, statuses
+per turn, final outcome and wall time are kept; per group, how long its branches idled
+waiting for the slowest one (the group barrier, S9); for multi-turn envs, whether the greedy
+branch left every sampled branch's path (S4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forkgym.verifiers import Outcome
+
+from .policy import GenerationRequest, Policy, SamplingParams
+
+__all__ = [
+    "Episode",
+    "Group",
+    "RolloutBatch",
+    "Rollouts",
+    "TemplateError",
+    "request_seed",
+    "stop_token_ids",
+    "task_seeds",
+]
+
+
+class TemplateError(RuntimeError):
+    """The chat template does not render a conversation as an extension of its prefix."""
+
+
+def request_seed(*key: int | str) -> int:
+    """A 63-bit seed for one generation request, a pure function of its key."""
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8, person=b"forkgym-sample").digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def task_seeds(seed: int, stream: str, step: int, n: int) -> list[int]:
+    """The task seeds of one step or evaluation: hashed keys, never ``seed + i``."""
+    return [request_seed(seed, "tasks", stream, step, i) for i in range(n)]
+
+
+def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """End-of-turn ids: ``<|im_end|>`` when the vocabulary has it, and the EOS token."""
+    ids = []
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id and im_end is not None:
+        ids.append(im_end)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("the tokenizer has neither <|im_end|> nor an EOS token to stop a turn")
+    return tuple(ids)
+
+
+class ChatTokens:
+    """Token ids of a conversation as the tokenizer's chat template renders it, built turn by turn.
+
+    ``prompt(messages)`` is the first observation with the generation prompt.
+    ``continuation(messages, upto)`` is what follows the assistant turn ``messages[upto - 1]``
+    once the env has answered: the template's text after that turn's end-of-turn marker (the
+    separator, the new messages, the next generation prompt), tokenised on its own. It needs
+    the template to render a conversation as an extension of its prefix, which is checked.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.stop = stop_token_ids(tokenizer)
+        self._markers = [tokenizer.decode([stop]) for stop in self.stop]
+        self._cache: dict[str, list[int]] = {}
+
+    def render(self, messages: Sequence[dict[str, str]], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Ids of the first observation (cached: every branch of a group shares it)."""
+        key = repr([(m["role"], m["content"]) for m in messages])
+        if key not in self._cache:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = self.encode(self.render(messages, generation_prompt=True))
+        return list(self._cache[key])
+
+    def continuation(self, messages: Sequence[dict[str, str]], upto: int) -> list[int]:
+        prefix = self.render(messages[:upto], generation_prompt=False)
+        full = self.render(messages, generation_prompt=True)
+        if not full.startswith(prefix):
+            raise TemplateError(
+                "the chat template does not render a conversation as an extension of its "
+                f"prefix (after ...{prefix[-60:]!r} it renders ...{full[max(0, len(prefix) - 60) : len(prefix)]!r})"
+            )
+        end = -1
+        for marker in self._markers:  # where the turn's end-of-turn marker ends in the text
+            at = prefix.rfind(marker)
+            if at >= 0 and at + len(marker) > end:
+                end = at + len(marker)
+        if end < 0:
+            raise TemplateError(
+                "the chat template does not end an assistant turn with a stop token"
+            )
+        return self.encode(full[end:])
+
+
+@dataclass
+class Episode:
+    """One branch, from reset to the end, as token ids."""
+
+    group: int
+    branch: int
+    kind: str  # "sampled" or "greedy"
+    task_id: str
+    token_ids: list[int]
+    action_mask: list[int]
+    logprobs: list[float]  # behaviour log-probs on action tokens, 0.0 elsewhere
+    prompt_len: int
+    statuses: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    outcome: Outcome | None = None
+    truncated: bool = False
+    wall_s: float = 0.0
+    weight_version: int = 0
+
+    @property
+    def reward(self) -> float | None:
+        return None if self.outcome is None else self.outcome.reward
+
+    @property
+    def valid(self) -> bool:
+        """False for infrastructure failures (timeout/error): no reward, out of every baseline."""
+        return self.outcome is not None and not self.outcome.is_infrastructure
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.action_mask)
+
+
+@dataclass
+class Group:
+    """The branches of one task: ``sampled`` (K) and, for ReMax, one ``greedy``."""
+
+    task_id: str
+    task_seed: int
+    sampled: list[Episode]
+    greedy: Episode | None = None
+    span_s: float = 0.0  # first branch done -> last branch done
+    barrier_idle_s: float = 0.0  # summed over branches: time done and waiting for the slowest
+    greedy_diverged: bool | None = None  # multi-turn envs with a greedy branch only
+
+
+@dataclass
+class RolloutBatch:
+    groups: list[Group]
+    generate_s: float = 0.0
+    env_s: float = 0.0  # stepping envs, verification and tools included
+    turns: int = 0
+    tokens_generated: int = 0  # every branch, greedy ones included
+    greedy_tokens: int = 0
+
+    @property
+    def episodes(self) -> list[Episode]:
+        out = []
+        for g in self.groups:
+            out.extend(g.sampled)
+            if g.greedy is not None:
+                out.append(g.greedy)
+        return out
+
+
+class Rollouts:
+    """Runs groups of episodes for a policy on a pool of reusable environments.
+
+    ``make_env`` builds one environment; a pool of them is kept and reset for each task, so
+    no environment is constructed per step.
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Any],
+        policy: Policy,
+        tokenizer: Any,
+        *,
+        k: int,
+        greedy: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 24,
+        seed: int = 0,
+    ) -> None:
+        self.make_env = make_env
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.k, self.greedy = k, greedy
+        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
+        self.seed = seed
+        self.chat = ChatTokens(tokenizer)
+        self.stop = self.chat.stop
+        self._envs: list[Any] = []
+
+    def _env(self, i: int) -> Any:
+        while len(self._envs) <= i:
+            self._envs.append(self.make_env())
+        return self._envs[i]
+
+    def collect(
+        self, task_seeds: Sequence[int], stream: str = "train", step: int = 0
+    ) -> RolloutBatch:
+        """Run every group to the end; ``(stream, step)`` keys the sampling seeds."""
+        start = time.perf_counter()
+        batch = RolloutBatch(groups=[])
+        live: list[tuple[Episode, Any, list[dict[str, str]]]] = []  # episode, env, messages
+        env_index = 0
+        for g, task_seed in enumerate(task_seeds):
+            branches = [("sampled", b) for b in range(self.k)] + (
+                [("greedy", self.k)] if self.greedy else []
+            )
+            group = Group(task_id="", task_seed=task_seed, sampled=[])
+            for kind, b in branches:
+                env = self._env(env_index)
+                env_index += 1
+                t0 = time.perf_counter()
+                obs, info = env.reset(seed=task_seed)
+                batch.env_s += time.perf_counter() - t0
+                ids = self.chat.prompt(obs["messages"])
+                episode = Episode(
+                    group=g, branch=b, kind=kind, task_id=info["task_id"], token_ids=list(ids),
+                    action_mask=[0] * len(ids), logprobs=[0.0] * len(ids), prompt_len=len(ids),
+                    weight_version=self.policy.weight_version,
+                )  # fmt: skip
+                group.task_id = info["task_id"]
+                if kind == "greedy":
+                    group.greedy = episode
+                else:
+                    group.sampled.append(episode)
+                live.append((episode, env, list(obs["messages"])))
+            batch.groups.append(group)
+
+        done_at: dict[int, float] = {}
+        turn = 0
+        while live:
+            requests = [
+                GenerationRequest(tuple(ep.token_ids), self._params(ep, stream, step, turn))
+                for ep, *_ in live
+            ]
+            t0 = time.perf_counter()
+            generations = self.policy.generate(requests)
+            batch.generate_s += time.perf_counter() - t0
+            batch.turns += 1
+            still: list[tuple[Episode, Any, list[dict[str, str]]]] = []
+            t0 = time.perf_counter()
+            for (episode, env, messages), gen in zip(live, generations, strict=True):
+                ids = list(gen.token_ids)
+                episode.token_ids += ids
+                episode.action_mask += [1] * len(ids)
+                episode.logprobs += list(gen.logprobs)
+                batch.tokens_generated += len(ids)
+                if episode.kind == "greedy":
+                    batch.greedy_tokens += len(ids)
+                content_ids = ids[:-1] if ids and ids[-1] in self.stop else ids
+                action = self.tokenizer.decode(content_ids, skip_special_tokens=False)
+                episode.actions.append(action)
+                if gen.finish_reason != "stop":
+                    _, _, _, _, info = env.truncate("max_tokens")
+                    episode.truncated = True
+                else:
+                    obs, _, terminated, truncated, info = env.step(action)
+                    if not (terminated or truncated):
+                        added = self.chat.continuation(obs["messages"], len(messages) + 1)
+                        episode.token_ids += added
+                        episode.action_mask += [0] * len(added)
+                        episode.logprobs += [0.0] * len(added)
+                        still.append((episode, env, list(obs["messages"])))
+                episode.statuses.append(info["status"])
+                if "outcome" in info:
+                    episode.outcome = info["outcome"]
+                    episode.truncated = (
+                        episode.truncated or info["outcome"].status.value == "truncated"
+                    )
+                    done_at[id(episode)] = time.perf_counter()
+                    episode.wall_s = done_at[id(episode)] - start
+            batch.env_s += time.perf_counter() - t0
+            live = still
+            turn += 1
+        for group in batch.groups:
+            branches = group.sampled + ([group.greedy] if group.greedy else [])
+            ends = [done_at[id(ep)] for ep in branches]
+            group.span_s = max(ends) - min(ends)
+            group.barrier_idle_s = sum(max(ends) - e for e in ends)
+            if group.greedy is not None and any(len(ep.actions) > 1 for ep in branches):
+                group.greedy_diverged = all(
+                    ep.actions[:1] != group.greedy.actions[:1] for ep in group.sampled
+                )
+        return batch
+
+    def _params(self, episode: Episode, stream: str, step: int, turn: int) -> SamplingParams:
+        if episode.kind == "greedy":
+            return SamplingParams(
+                max_new_tokens=self.max_new_tokens, greedy=True, stop_token_ids=self.stop
+            )
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop_token_ids=self.stop,
+            seed=request_seed(self.seed, stream, step, episode.group, episode.branch, turn),
+        )

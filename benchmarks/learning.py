@@ -1,0 +1,241 @@
+"""Learning: RLOO, GRPO and ReMax from one warm start, three seeds each, on a 2-core CPU.
+
+1. Build the default tiny model and warm-start it with SFT on arithmetic demonstrations, in
+   chunks, until held-out greedy accuracy lies in 20-50% (the start every RL run shares).
+2. Train each estimator for each seed for at most ``--minutes`` of wall-clock time, evaluating
+   greedy accuracy on the same held-out tasks every ``--eval-every`` steps, and stop a run early
+   once it is 30 points above the start (``--full`` keeps going to the time limit).
+3. The same on the calculator tool env (multi-turn: tool call, tool result, answer), RLOO.
+
+Prints, per run, held-out accuracy at the start, at its best and at the end, the time and the
+generated tokens it took to gain 30 points, and writes a plot of accuracy against generated
+tokens. Every figure comes from this run; nothing is cached between invocations except the
+built models under ``--work`` (delete it for a clean run).
+
+Run: ``python benchmarks/learning.py [--minutes 10] [--seeds 0 1 2] [--out docs/learning.png]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+
+import forkgym.envs  # noqa: F401
+from forkgym.agents.config import TrainConfig
+from forkgym.agents.evaluate import evaluate
+from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.models import init_model, load_policy_model
+from forkgym.agents.plots import curves, plot_runs
+from forkgym.agents.sft import sft
+from forkgym.agents.trainer import Trainer
+
+ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "compact"}
+CALCULATOR = {"system_prompt": None, "digits": 3, "terms": 2, "operations": "+*"}
+EVAL_EPISODES = 200
+EVAL_SEED = 10_000
+GAIN = 0.30
+
+
+def held_out(model_dir: Path, env_id: str, env_kwargs: dict, max_new_tokens: int) -> float:
+    model, tokenizer = load_policy_model(model_dir)
+    result = evaluate(
+        HFPolicy(model, tokenizer, seed=0),
+        tokenizer,
+        lambda: gym.make(env_id, **env_kwargs),
+        episodes=EVAL_EPISODES,
+        seed=EVAL_SEED,
+        max_new_tokens=max_new_tokens,
+    )
+    return result["eval_accuracy"]
+
+
+def warm_start(
+    work: Path,
+    env_id: str,
+    env_kwargs: dict,
+    max_new_tokens: int,
+    chunk: int,
+    low: float,
+    high: float,
+) -> tuple[Path, float, int]:
+    """SFT in chunks of ``chunk`` tokens until held-out accuracy is in [low, high]."""
+    base = work / "base"
+    if not (base / "config.json").exists():
+        init_model(base)
+    name = env_id.split("/")[-1]
+    current, tokens = base, 0
+    for i in range(1, 40):
+        out = work / f"{name}-sft-{i * chunk}"
+        if not (out / "config.json").exists():
+            sft(str(current), env_id, tokens=chunk, out=out, seed=i, env_kwargs=env_kwargs)
+        current, tokens = out, i * chunk
+        accuracy = held_out(current, env_id, env_kwargs, max_new_tokens)
+        print(
+            f"  warm start {name}: {tokens:,} SFT tokens -> held-out greedy accuracy {accuracy:.3f}",
+            flush=True,
+        )
+        if accuracy >= low:
+            if accuracy > high:
+                print(f"  (above {high:.0%}: the runs start higher than planned)", flush=True)
+            return current, accuracy, tokens
+    raise RuntimeError("the warm start never reached the target accuracy")
+
+
+def train(
+    model: Path,
+    env_id: str,
+    env_kwargs: dict,
+    estimator: str,
+    seed: int,
+    out: Path,
+    minutes: float,
+    eval_every: int,
+    max_new_tokens: int,
+    start: float,
+    full: bool,
+) -> dict:
+    config = TrainConfig(
+        model=str(model),
+        env=env_id,
+        env_kwargs=env_kwargs,
+        estimator=estimator,
+        seed=seed,
+        steps=100_000,
+        time_budget_s=minutes * 60,
+        prompts_per_step=8,
+        k=8,
+        max_new_tokens=max_new_tokens,
+        lr=3e-4,
+        eval_every=eval_every,
+        eval_episodes=EVAL_EPISODES,
+        eval_seed=EVAL_SEED,
+        eval_k=0,
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        out=str(out),
+        progress=False,
+    )
+    began = time.perf_counter()
+    reached: dict = {}
+    tokens = 0
+
+    def stop(step: int, metrics: dict) -> bool:
+        nonlocal tokens
+        tokens += metrics.get("tokens_generated") or 0
+        accuracy = metrics.get("eval_accuracy")
+        if accuracy is not None and accuracy >= start + GAIN and not reached:
+            reached.update(step=step, seconds=time.perf_counter() - began, tokens=tokens)
+        return bool(reached) and not full
+
+    Trainer(config).run(stop=stop)
+    data = curves(out)
+    return {
+        "start": data["eval_accuracy"][0],
+        "best": max(data["eval_accuracy"]),
+        "end": data["eval_accuracy"][-1],
+        "seconds": time.perf_counter() - began,
+        "reached": reached or None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="wall-clock limit per run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--estimators", nargs="+", default=["rloo", "grpo", "remax"])
+    parser.add_argument("--eval-every", type=int, default=20)
+    parser.add_argument(
+        "--full", action="store_true", help="run to the time limit even after +30 points"
+    )
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
+    parser.add_argument("--out", type=Path, default=Path("docs/learning.png"))
+    parser.add_argument("--skip-calculator", action="store_true")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    print(
+        "warm starts (SFT on gold demonstrations, until held-out greedy accuracy >= 20%)",
+        flush=True,
+    )
+    warm, start, sft_tokens = warm_start(
+        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, 24, 60_000, 0.20, 0.50
+    )
+    results: list[tuple[str, str, int, dict, Path]] = []
+    for estimator in args.estimators:
+        for seed in args.seeds:
+            out = args.work / f"arith-{estimator}-seed{seed}"
+            r = train(
+                warm,
+                "forkgym/Arithmetic-v0",
+                ARITHMETIC,
+                estimator,
+                seed,
+                out,
+                args.minutes,
+                args.eval_every,
+                24,
+                start,
+                args.full,
+            )
+            results.append(("arithmetic", estimator, seed, r, out))
+            print(f"  arithmetic {estimator:6} seed {seed}: {json.dumps(r)}", flush=True)
+    if not args.skip_calculator:
+        calc, calc_start, _ = warm_start(
+            args.work, "forkgym/Calculator-v0", CALCULATOR, 48, 60_000, 0.20, 0.60
+        )
+        for seed in args.seeds[:1]:
+            out = args.work / f"calc-rloo-seed{seed}"
+            r = train(
+                calc,
+                "forkgym/Calculator-v0",
+                CALCULATOR,
+                "rloo",
+                seed,
+                out,
+                args.minutes,
+                args.eval_every,
+                48,
+                calc_start,
+                args.full,
+            )
+            results.append(("calculator", "rloo", seed, r, out))
+            print(f"  calculator rloo seed {seed}: {json.dumps(r)}", flush=True)
+
+    print(
+        f"\nlearning  warm start: {sft_tokens:,} SFT tokens; {EVAL_EPISODES} held-out tasks; budget {args.minutes:g} min per run; K=8 x 8 prompts"
+    )
+    header = f"{'env':11} {'estimator':9} {'seed':>4} {'start':>6} {'best':>6} {'end':>6} {'+30 pts after':>14} {'tokens to +30':>14} {'run s':>6}"
+    print(header)
+    print("-" * len(header))
+    for env, estimator, seed, r, _ in results:
+        reached = r["reached"]
+        when = f"{reached['seconds']:.0f} s / {reached['step']} st" if reached else "not reached"
+        toks = f"{reached['tokens']:,}" if reached else "-"
+        print(
+            f"{env:11} {estimator:9} {seed:>4} {r['start']:>6.3f} {r['best']:>6.3f} {r['end']:>6.3f} {when:>14} {toks:>14} {r['seconds']:>6.0f}"
+        )
+    for estimator in args.estimators:
+        runs = [r for env, e, _, r, _ in results if env == "arithmetic" and e == estimator]
+        gains = [r["best"] - r["start"] for r in runs]
+        ok = sum(r["reached"] is not None for r in runs)
+        print(
+            f"arithmetic {estimator}: mean best gain {statistics.mean(gains):+.3f}; +30 points within {args.minutes:g} min in {ok}/{len(runs)} seeds"
+        )
+    plot_runs(
+        [out for *_, out in results],
+        args.out,
+        labels=[f"{env} {e} s{s}" for env, e, s, _, _ in results],
+        title="held-out greedy accuracy vs tokens generated",
+    )
+    print(f"plot: {args.out}")
+    return 0 if all(r["reached"] for env, *_, r, _ in results if env == "arithmetic") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

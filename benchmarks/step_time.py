@@ -1,0 +1,113 @@
+"""Where a training step's time goes: generation, verification, estimator, loss, backward, sync.
+
+The default tiny model on ``forkgym/Arithmetic-v0``, K=8 sampled branches for 16 prompts per
+step (128 episodes), RLOO, PPO-clip loss, one optimizer step. Two warm-up steps, then the mean
+of ``--steps`` timed steps. Verification is timed by wrapping the environment's verifier, so
+"env" below is everything else an environment step costs.
+
+Run: ``python benchmarks/step_time.py [--model DIR] [--steps N]`` (without ``--model`` a fresh
+tiny model is built; an untrained model writes until the token budget, so pass a warm-started
+one for realistic lengths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+import gymnasium as gym
+import torch
+
+from forkgym.agents.config import TrainConfig
+from forkgym.agents.models import init_model
+from forkgym.agents.trainer import Trainer
+from forkgym.verifiers import MathVerifier
+
+
+class TimedVerifier:
+    def __init__(self) -> None:
+        self.inner, self.seconds = MathVerifier(workers=0), 0.0
+
+    def verify(self, reference: str, response: str):
+        start = time.perf_counter()
+        try:
+            return self.inner.verify(reference, response)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or str(init_model(f"{tmp}/model", corpus_seeds=8))
+        env_kwargs = {"system_prompt": None, "operations": "+"}
+        config = TrainConfig(
+            model=model,
+            env="forkgym/Arithmetic-v0",
+            env_kwargs=env_kwargs,
+            estimator="rloo",
+            k=8,
+            prompts_per_step=16,
+            max_new_tokens=args.max_new_tokens,
+            steps=args.steps + 2,
+            eval_every=0,
+            checkpoint_every=0,
+            out=f"{tmp}/run",
+            progress=False,
+        )
+        trainer = Trainer(config)
+        verifier = TimedVerifier()
+        trainer.make_env = lambda: gym.make(config.env, verifier=verifier, **env_kwargs)  # type: ignore[method-assign]
+        trainer.rollouts = trainer._rollouts(k=config.k, greedy=False)
+        rows: dict[str, list[float]] = defaultdict(list)
+        for i in range(args.steps + 2):
+            verifier.seconds = 0.0
+            start = time.perf_counter()
+            m = trainer.train_step()
+            total = time.perf_counter() - start
+            trainer.step += 1
+            if i < 2:
+                continue
+            parts = {
+                "generation": m["time/generate"],
+                "verification": verifier.seconds,
+                "env (reset, step, tools)": m["time/env_and_verify"] - verifier.seconds,
+                "estimator": m["time/estimator"],
+                "forward + loss": m.get("time/forward_and_loss", 0.0),
+                "backward": m.get("time/backward", 0.0),
+                "optimizer": m.get("time/optimizer", 0.0),
+                "sync weights": m["time/sync"],
+            }
+            parts["other (batching, metrics)"] = total - sum(parts.values())
+            for key, value in parts.items():
+                rows[key].append(value)
+            rows["total"].append(total)
+            rows["tokens generated"].append(m["tokens_generated"])
+            rows["tokens trained"].append(m["tokens_trained"])
+        trainer.log.close()
+    total = statistics.mean(rows["total"])
+    print(
+        f"step_time  tiny model ({'given' if args.model else 'untrained'}), K=8 x 16 prompts, torch threads={torch.get_num_threads()}, mean of {args.steps} steps"
+    )
+    print(f"{'part':28} {'seconds':>8} {'share':>6}")
+    for key, values in rows.items():
+        if key.startswith("tokens"):
+            continue
+        mean = statistics.mean(values)
+        print(f"{key:28} {mean:>8.3f} {mean / total:>6.0%}")
+    print(
+        f"tokens generated per step {statistics.mean(rows['tokens generated']):,.0f}; trained {statistics.mean(rows['tokens trained']):,.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

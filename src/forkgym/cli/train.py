@@ -1,0 +1,220 @@
+"""``forkgym model init``, ``sft``, ``train``, ``eval`` and ``runs``: the training commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .envs import KwargOption, parse_kwargs
+
+console = Console(highlight=False)
+model_app = typer.Typer(help="Build the default offline model.", no_args_is_help=True)
+runs_app = typer.Typer(help="List, show and plot training runs.", no_args_is_help=True)
+
+
+def _env_id(name: str) -> str:
+    return name if "/" in name or ":" in name else f"forkgym/{name}"
+
+
+@model_app.command("init")
+def model_init(
+    out: Annotated[Path, typer.Option(help="Directory to write the model and tokenizer to.")],
+    size: Annotated[
+        str, typer.Option(help="Model size (see forkgym.agents.models.MODEL_SIZES).")
+    ] = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the initial weights.")] = 0,
+) -> None:
+    """Build a small Llama-style model and a tokenizer of the environments' text, offline."""
+    from forkgym.agents.models import MODEL_SIZES, init_model
+
+    if size not in MODEL_SIZES:
+        raise typer.BadParameter(f"size must be one of {sorted(MODEL_SIZES)}")
+    path = init_model(out, size=size, seed=seed)
+    console.print(f"wrote a {size} model to {path}")
+
+
+def sft(
+    model: Annotated[str, typer.Option(help="Model directory (or hub name) to start from.")],
+    env: Annotated[str, typer.Option(help="Environment whose gold trajectories to learn.")],
+    tokens: Annotated[int, typer.Option(min=1, help="Assistant tokens to train on.")],
+    out: Annotated[Path, typer.Option(help="Where to save the trained model.")],
+    seed: Annotated[int, typer.Option(help="Seed of the demonstrations and the run.")] = 0,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-3,
+    batch_size: Annotated[int, typer.Option(min=1, help="Demonstrations per step.")] = 32,
+    kwarg: KwargOption = None,
+) -> None:
+    """Supervised warm start on the environment's gold demonstrations."""
+    from forkgym.agents.sft import sft as run_sft
+
+    result = run_sft(
+        model,
+        _env_id(env),
+        tokens=tokens,
+        out=out,
+        seed=seed,
+        lr=lr,
+        batch_size=batch_size,
+        env_kwargs=parse_kwargs(kwarg),
+    )
+    typer.echo(json.dumps({"out": str(out), **result}))
+
+
+def train(
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="Config overrides key=value (e.g. lr=3e-4 env_kwargs.digits=3)."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model directory (or hub name).")] = None,
+    env: Annotated[str | None, typer.Option(help="Environment id.")] = None,
+    estimator: Annotated[
+        str | None, typer.Option(help="rloo, grpo, dr_grpo, remax, reinforce, ...")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
+    out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML or TOML config file.")] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Show the live progress bar.")
+    ] = True,
+) -> None:
+    """Train a policy with a critic-free estimator; metrics, checkpoints and config in --out."""
+    from forkgym.agents.config import ConfigError, TrainConfig
+    from forkgym.agents.trainer import Trainer
+
+    values: dict[str, Any] = {
+        "model": model,
+        "env": _env_id(env) if env else None,
+        "estimator": estimator,
+        "steps": steps,
+        "seed": seed,
+        "out": out,
+    }
+    if not progress:
+        values["progress"] = False
+    try:
+        cfg = TrainConfig.load(config, overrides, **values)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    trainer = Trainer(cfg, resume=resume)
+    last = trainer.run()
+    summary = {
+        k: last.get(k)
+        for k in ("reward_mean", "accuracy", "eval_accuracy", "tokens_generated")
+        if k in last
+    }
+    typer.echo(json.dumps({"run": cfg.out, "step": trainer.step, **summary}))
+
+
+def evaluate(
+    model: Annotated[str, typer.Option(help="Model directory (or hub name).")],
+    env: Annotated[str, typer.Option(help="Environment id.")],
+    episodes: Annotated[int, typer.Option(min=1, help="Held-out tasks.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the held-out task stream.")] = 10_000,
+    pass_k: Annotated[
+        int, typer.Option("--pass-k", min=0, help="Also sampled pass@k (0: off).")
+    ] = 0,
+    max_new_tokens: Annotated[int, typer.Option(help="Token budget per assistant turn.")] = 24,
+    kwarg: KwargOption = None,
+) -> None:
+    """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401
+    from forkgym.agents.evaluate import evaluate as run_eval
+    from forkgym.agents.hf_policy import HFPolicy
+    from forkgym.agents.models import load_policy_model
+
+    net, tokenizer = load_policy_model(model)
+    net.eval()
+    policy = HFPolicy(net, tokenizer, seed=seed)
+    kwargs = parse_kwargs(kwarg)
+    result = run_eval(
+        policy,
+        tokenizer,
+        lambda: gym.make(_env_id(env), **kwargs),
+        episodes=episodes,
+        seed=seed,
+        k=pass_k,
+        max_new_tokens=max_new_tokens,
+    )
+    typer.echo(
+        json.dumps(
+            {
+                "model": model,
+                "env": _env_id(env),
+                "episodes": episodes,
+                "accuracy": result["eval_accuracy"],
+                **result,
+            }
+        )
+    )
+
+
+@runs_app.command("list")
+def runs_list(
+    root: Annotated[Path, typer.Argument(help="Directory holding run directories.")] = Path("runs"),
+) -> None:
+    """Runs under ROOT: estimator, env, steps done, last reward and held-out accuracy."""
+    from forkgym.agents.runlog import read_metrics
+
+    table = Table(title=f"runs in {root}")
+    for column in ("run", "env", "estimator", "steps", "reward", "eval accuracy"):
+        table.add_column(column)
+    for config_path in sorted(root.glob("**/config.yaml")):
+        import yaml
+
+        cfg = yaml.safe_load(config_path.read_text())
+        metrics = read_metrics(config_path.parent)
+        last = metrics[-1] if metrics else {}
+        evals = [m["eval_accuracy"] for m in metrics if m.get("eval_accuracy") is not None]
+        table.add_row(
+            str(config_path.parent.relative_to(root)), cfg.get("env", "?"), cfg.get("estimator", "?"), str(last.get("step", 0)),
+            f"{last['reward_mean']:.3f}" if last.get("reward_mean") is not None else "-",
+            f"{evals[-1]:.3f}" if evals else "-",
+        )  # fmt: skip
+    console.print(table)
+
+
+@runs_app.command("show")
+def runs_show(run: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """The run's config and a table of its evaluation steps."""
+    from forkgym.agents.runlog import read_metrics
+
+    if not (run / "config.yaml").exists():
+        raise typer.BadParameter(f"{run} is not a run directory (no config.yaml)")
+    console.print((run / "config.yaml").read_text())
+    table = Table(title="evaluations")
+    for column in ("step", "tokens generated", "reward", "eval accuracy"):
+        table.add_column(column)
+    tokens = 0
+    for m in read_metrics(run):
+        tokens += m.get("tokens_generated") or 0
+        if m.get("eval_accuracy") is not None:
+            reward = m.get("reward_mean")
+            table.add_row(
+                str(m["step"]),
+                f"{tokens:,}",
+                "-" if reward is None else f"{reward:.3f}",
+                f"{m['eval_accuracy']:.3f}",
+            )
+    console.print(table)
+
+
+@runs_app.command("plot")
+def runs_plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories to draw.")],
+    out: Annotated[Path, typer.Option(help="PNG to write.")] = Path("learning_curve.png"),
+) -> None:
+    """Held-out accuracy and training reward against generated tokens, one line per run."""
+    from forkgym.agents.plots import plot_runs
+
+    plot_runs(runs, out)
+    console.print(f"wrote {out}")

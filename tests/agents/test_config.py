@@ -1,0 +1,50 @@
+import pytest
+
+from forkgym.agents.config import ConfigError, TrainConfig
+
+
+def test_defaults_validate_and_round_trip(tmp_path):
+    config = TrainConfig()
+    path = tmp_path / "config.yaml"
+    config.save(path)
+    assert TrainConfig.load(path) == config
+
+
+def test_file_then_values_then_overrides(tmp_path):
+    (tmp_path / "c.toml").write_text('estimator = "grpo"\nsteps = 7\n[env_kwargs]\ndigits = 2\n')
+    config = TrainConfig.load(
+        tmp_path / "c.toml",
+        ["steps=9", "env_kwargs.terms=3", "temperature=0.7", "betas=[0.8, 0.9]", "lr=3e-4"],
+        seed=5,
+    )
+    assert (config.estimator, config.steps, config.seed, config.temperature) == ("grpo", 9, 5, 0.7)
+    assert config.lr == 3e-4
+    assert config.env_kwargs == {"digits": 2, "terms": 3} and config.betas == (0.8, 0.9)
+    (tmp_path / "c.yaml").write_text("estimator: remax\nk: 1\n")
+    assert TrainConfig.load(tmp_path / "c.yaml").needs_greedy
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["stepz=3"], "unknown config key"),
+        (["estimator=nope"], "estimator='nope'"),
+        (["estimator=rloo", "k=1"], "needs k >= 2"),
+        (["temperature=0"], "temperature=0"),
+        (["loss=mse"], "loss='mse'"),
+        (["steps"], "not key=value"),
+        (["steps=0", "lr=-1"], "steps=0 must be >= 1; lr=-1"),
+    ],
+)
+def test_errors_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.load(None, overrides)
+
+
+def test_bad_files(tmp_path):
+    (tmp_path / "c.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"yaml, \.yml or \.toml"):
+        TrainConfig.load(tmp_path / "c.json")
+    (tmp_path / "c.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        TrainConfig.load(tmp_path / "c.yaml")

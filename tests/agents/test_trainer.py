@@ -1,0 +1,178 @@
+"""The trainer: repeatable, resumable, honest about infrastructure failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sqlite3
+
+import pytest
+
+from forkgym.agents.config import TrainConfig
+from forkgym.agents.runlog import read_metrics
+from forkgym.agents.trainer import Trainer
+
+TIMING = ("time/", "tokens_per_s", "group_span_s_mean", "barrier_idle_s")
+
+
+def config(tmp_path, model_dir, name, **overrides) -> TrainConfig:
+    values = dict(
+        model=str(model_dir),
+        env="forkgym/Arithmetic-v0",
+        env_kwargs={"system_prompt": None, "operations": "+"},
+        estimator="rloo",
+        steps=3,
+        seed=7,
+        prompts_per_step=2,
+        k=4,
+        max_new_tokens=8,
+        eval_every=2,
+        eval_episodes=4,
+        eval_k=2,
+        checkpoint_every=2,
+        out=str(tmp_path / name),
+        progress=False,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def comparable(metrics: list[dict]) -> list[dict]:
+    return [{k: v for k, v in m.items() if not k.startswith(TIMING)} for m in metrics]
+
+
+def test_same_seed_same_metrics_and_a_resumed_run_matches(tmp_path, tiny_model_dir):
+    first = Trainer(config(tmp_path, tiny_model_dir, "a"))
+    first.run()
+    second = Trainer(config(tmp_path, tiny_model_dir, "b"))
+    second.run()
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert [m["step"] for m in a] == [0, 1, 2, 3]
+    assert comparable(a) == comparable(b)
+    assert a[-1]["tokens_trained"] > 0 and a[-1]["weight_version"] == 3
+
+    # stop after step 2 (the checkpoint), then resume to step 3
+    partial = Trainer(config(tmp_path, tiny_model_dir, "c", steps=2))
+    partial.run()
+    resumed = Trainer(config(tmp_path, tiny_model_dir, "c", steps=3), resume=True)
+    assert resumed.step == 2
+    resumed.run()
+    assert comparable(read_metrics(tmp_path / "c")) == comparable(a)
+    rows = (
+        sqlite3.connect(tmp_path / "c" / "metrics.db")
+        .execute("select step from metrics order by step")
+        .fetchall()
+    )
+    assert rows == [(0,), (1,), (2,), (3,)]  # the store holds one row per step after a resume
+
+
+def test_run_directory_holds_config_metrics_and_checkpoints(tmp_path, tiny_model_dir):
+    cfg = config(tmp_path, tiny_model_dir, "d", steps=2, keep_checkpoints=1)
+    Trainer(cfg).run()
+    run = tmp_path / "d"
+    assert TrainConfig.load(run / "config.yaml") == cfg
+    metrics = read_metrics(run)
+    for key in ("step", "reward_mean", "accuracy", "tokens_generated", "tokens_trained", "status/correct",
+                "est/groups_with_signal", "diag/mixed_of_groups", "loss/loss", "loss/clip_frac_high",
+                "time/generate", "time/env_and_verify", "time/update", "time/sync", "gen/tokens_sampled"):  # fmt: skip
+        assert key in metrics[1], key
+    assert "eval_accuracy" in metrics[0] and "eval_pass@2" in metrics[2]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
+    state = json.loads((run / "checkpoints" / "step_0000002" / "trainer_state.json").read_text())
+    assert state["step"] == 2
+    with sqlite3.connect(run / "metrics.db") as con:
+        assert con.execute("select count(*) from metrics").fetchone() == (3,)
+        assert con.execute("select id from runs").fetchone() == ("d",)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "remax", "reinforce", "reinforce_ema"])
+def test_every_estimator_trains(tmp_path, tiny_model_dir, estimator):
+    cfg = config(
+        tmp_path,
+        tiny_model_dir,
+        estimator,
+        estimator=estimator,
+        steps=1,
+        eval_every=0,
+        k=2,
+    )
+    metrics = Trainer(cfg).run()
+    assert metrics["tokens_trained"] > 0
+    if estimator == "remax":
+        assert (
+            metrics["tokens_generated_greedy"] > 0
+            and metrics["gen/greedy_tokens"] == metrics["tokens_generated_greedy"]
+        )
+
+
+def test_an_unreachable_verifier_service_leaves_everything_out_and_is_counted(
+    tmp_path, tiny_model_dir
+):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = config(
+        tmp_path,
+        tiny_model_dir,
+        "down",
+        steps=1,
+        eval_every=0,
+        max_new_tokens=4,
+        verifier_url=f"http://127.0.0.1:{port}",
+    )
+    trainer = Trainer(cfg)
+    trainer.verifier.retries = 0
+    metrics = trainer.run()
+    episodes = metrics["episodes"]
+    truncated = metrics["truncated_by_tokens"]  # cut by the token budget: graded by the env itself
+    assert metrics["status/error"] == episodes - truncated == metrics["infra_failures"]
+    assert metrics["est/responses_invalid"] == metrics["infra_failures"]
+    assert metrics["gen/responses_infra_failed"] == metrics["infra_failures"]
+    # only the truncated (env-graded, valid) episodes can be in the loss
+    assert metrics["loss/sequences"] == truncated
+
+
+def test_a_verifier_timing_out_on_some_items_keeps_them_out_of_baselines_and_loss(
+    tmp_path, tiny_model_dir
+):
+    """Fault injection: a verifier that times out on every other call, standing in for a
+    real one running into its time limit (which a random tiny model cannot be made to do)."""
+    from forkgym.verifiers import MathVerifier, Outcome, Status
+
+    class EveryOtherTimesOut:
+        def __init__(self) -> None:
+            self.inner, self.calls = MathVerifier(workers=0), 0
+
+        def verify(self, reference: str, response: str) -> Outcome:
+            self.calls += 1
+            if self.calls % 2:
+                return Outcome(
+                    status=Status.TIMEOUT,
+                    reward=None,
+                    details={"reason": "time_limit"},
+                    verifier="math",
+                )
+            return self.inner.verify(reference, response)
+
+    cfg = config(tmp_path, tiny_model_dir, "flaky", steps=1, eval_every=0, max_new_tokens=24)
+    trainer = Trainer(cfg)
+    verifier = EveryOtherTimesOut()
+    trainer.make_env = lambda: __import__("gymnasium").make(
+        cfg.env, verifier=verifier, **cfg.env_kwargs
+    )  # type: ignore[method-assign]
+    trainer.rollouts = trainer._rollouts(k=cfg.k, greedy=False)
+    batch, _ = trainer.collect()
+    episodes = [ep for g in batch.groups for ep in g.sampled]
+    graded = [ep for ep in episodes if not ep.truncated]
+    timed_out = [ep for ep in graded if ep.outcome.status is Status.TIMEOUT]
+    assert timed_out and all(ep.reward is None and not ep.valid for ep in timed_out)
+    trainer.step = 0
+    trainer.rollouts = trainer._rollouts(k=cfg.k, greedy=False)
+    verifier.calls = 0
+    metrics = trainer.train_step()
+    assert metrics["status/timeout"] == metrics["infra_failures"] == len(timed_out)
+    valid_tokens = sum(ep.generated_tokens for ep in episodes if ep.valid)
+    assert metrics["tokens_trained"] == valid_tokens  # the timed-out episodes are not trained on
+    assert metrics["est/responses_invalid"] == len(timed_out)
+    shutil.rmtree(tmp_path / "flaky", ignore_errors=True)

@@ -1,0 +1,92 @@
+"""The training commands end to end on the tiny model (a few steps each)."""
+
+import json
+
+from typer.testing import CliRunner
+
+from forkgym.cli import app
+
+runner = CliRunner()
+ENV = ["-k", "system_prompt=null", "-k", "operations=+"]
+
+
+def test_model_init_sft_train_eval_runs(tmp_path):
+    model = tmp_path / "model"
+    result = runner.invoke(app, ["model", "init", "--out", str(model)])
+    assert result.exit_code == 0, result.stdout
+    assert (model / "config.json").exists() and (model / "tokenizer.json").exists()
+
+    warm = tmp_path / "warm"
+    result = runner.invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            str(model),
+            "--env",
+            "Arithmetic-v0",
+            "--tokens",
+            "600",
+            "--out",
+            str(warm),
+            "--batch-size",
+            "8",
+            *ENV,
+        ],
+    )
+    assert result.exit_code == 0, result.stdout
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["tokens"] >= 600 and (warm / "model.safetensors").exists()
+
+    run = tmp_path / "run"
+    args = ["train", "--model", str(warm), "--env", "Arithmetic-v0", "--estimator", "rloo", "--steps", "2", "--seed", "3", "--out", str(run), "--no-progress",
+            "env_kwargs.system_prompt=null", "env_kwargs.operations=+", "prompts_per_step=2", "k=2", "max_new_tokens=6", "eval_every=2", "eval_episodes=3", "eval_k=0"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stdout
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2]
+    for key in ("reward_mean", "tokens_generated", "tokens_trained"):
+        assert key in lines[1]
+    assert "eval_accuracy" in lines[2] and (run / "config.yaml").exists()
+    assert (run / "checkpoints" / "step_0000002" / "model.safetensors").exists()
+
+    result = runner.invoke(app, ["train", "--out", str(run), "--model", str(warm), "--env", "Arithmetic-v0", "--steps", "3", "--resume", "--no-progress",
+                                 "env_kwargs.system_prompt=null", "env_kwargs.operations=+", "prompts_per_step=2", "k=2", "max_new_tokens=6", "eval_every=0"])  # fmt: skip
+    assert result.exit_code == 0, result.stdout
+    assert [
+        json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ] == [0, 1, 2, 3]
+
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(warm),
+            "--env",
+            "Arithmetic-v0",
+            "--episodes",
+            "4",
+            "--seed",
+            "1",
+            "--max-new-tokens",
+            "6",
+            *ENV,
+        ],
+    )
+    assert result.exit_code == 0, result.stdout
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 4 and 0.0 <= summary["accuracy"] <= 1.0
+
+    listed = runner.invoke(app, ["runs", "list", str(tmp_path)]).stdout
+    assert "│ run " in listed and "rloo" in listed and "forkgym/Arithmetic-v0" in listed
+    shown = runner.invoke(app, ["runs", "show", str(run)], terminal_width=200)
+    assert shown.exit_code == 0 and "evaluations" in shown.stdout
+    png = tmp_path / "curve.png"
+    assert runner.invoke(app, ["runs", "plot", str(run), "--out", str(png)]).exit_code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_rejects_bad_config_keys(tmp_path):
+    result = runner.invoke(app, ["train", "--out", str(tmp_path / "x"), "stepz=3"])
+    assert result.exit_code == 2 and "unknown config key" in result.stdout + str(result.output)
