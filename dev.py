@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run forkgym from a source checkout with nothing but Python >= 3.10.
 
-    python3 dev.py run     # the main job (now: grade the bundled sample answers)
+    python3 dev.py run     # the main job: train the tiny model with RLOO, plot its learning curve
     python3 dev.py test    # the whole test suite (--quick skips tests marked slow)
     python3 dev.py lint    # ruff check + ruff format --check
     python3 dev.py bench   # every script in benchmarks/
@@ -63,11 +63,46 @@ def _exec(python: Path, *args: str) -> int:
     return subprocess.run([str(python), *args], cwd=ROOT).returncode
 
 
+def main_job(python: Path, extra: list[str]) -> int:
+    """Build the tiny model, warm-start it on arithmetic demonstrations, train it with RLOO
+    (configs/quickstart.yaml) and plot its learning curve. Steps whose output exists are
+    skipped, so a second run only trains again."""
+    base = ROOT / "runs" / "quickstart"
+    env = ["-k", "system_prompt=null", "-k", "operations=+", "-k", "solution_style=compact"]
+    steps = [
+        (base / "model" / "config.json", ["model", "init", "--out", str(base / "model")]),
+        (
+            base / "warm" / "config.json",
+            [
+                "sft",
+                "--model",
+                str(base / "model"),
+                "--env",
+                "Arithmetic-v0",
+                "--tokens",
+                "330000",
+                "--out",
+                str(base / "warm"),
+                *env,
+            ],
+        ),
+        (None, ["train", "--config", "configs/quickstart.yaml", *extra]),
+        (None, ["runs", "plot", str(base / "rloo"), "--out", str(base / "learning_curve.png")]),
+    ]
+    for done, args in steps:
+        if done is not None and done.exists():
+            print(f"= {' '.join(args[:2])}: already done ({done.parent})", flush=True)
+            continue
+        code = _exec(python, "-m", "forkgym", *args)
+        if code:
+            return code
+    return 0
+
+
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("help", [])
     if command == "run":
-        python = ensure_env()
-        return _exec(python, "-m", "forkgym", "verify", "--sample", *rest)
+        return main_job(ensure_env(), rest)
     if command == "test":
         python = ensure_env("dev")
         if "--quick" in rest:
@@ -80,7 +115,9 @@ def main(argv: list[str]) -> int:
         )
     if command == "bench":
         python = ensure_env("dev,bench")
-        scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+        scripts = sorted(
+            p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_")
+        )
         return max((_exec(python, str(s.relative_to(ROOT)), *rest) for s in scripts), default=0)
     print(__doc__)
     return 0 if command in {"help", "-h", "--help"} else 2

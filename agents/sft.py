@@ -66,8 +66,14 @@ def sft(
     env_kwargs: dict[str, Any] | None = None,
     device: str = "cpu",
     log: Callable[[dict[str, float]], None] | None = None,
+    until: Callable[[Any, Any, int], bool] | None = None,
+    check_every: int = 25,
 ) -> dict[str, float]:
-    """Train ``model_dir`` on gold demonstrations of ``env_id`` for ``tokens`` assistant tokens."""
+    """Train ``model_dir`` on gold demonstrations of ``env_id`` for ``tokens`` assistant tokens.
+
+    ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
+    training early (e.g. once held-out accuracy reaches a warm-start target).
+    """
     from .hf_policy import token_logprobs
     from .models import load_policy_model
 
@@ -105,7 +111,9 @@ def sft(
         step += 1
         losses.append(float(loss.detach()))
         if log is not None:
-            log({"step": step, "loss": float(loss), "tokens": trained})
+            log({"step": step, "loss": float(loss.detach()), "tokens": trained})
+        if until is not None and step % check_every == 0 and until(model, tokenizer, trained):
+            break
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

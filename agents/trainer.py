@@ -289,17 +289,18 @@ class Trainer:
                 )
                 for mb in micros:
                     t0 = time.perf_counter()
-                    logprobs = self._logprobs(self.model, mb)
+                    logprobs, entropy = self._logprobs_and_entropy(self.model, mb)
                     ref = None
                     if self.reference is not None:
                         with torch.no_grad():
-                            ref = self._logprobs(self.reference, mb)
+                            ref, _ = self._logprobs_and_entropy(self.reference, mb)
                     loss, m = self.loss_fn(
                         logprobs,
                         mb.old_logprobs,
                         mb.advantages,
                         mb.action_mask,
                         ref_logprobs=ref,
+                        entropy=entropy.detach(),
                         normaliser=norm,
                     )
                     t1 = time.perf_counter()
@@ -334,10 +335,14 @@ class Trainer:
         trained = sum(ep.generated_tokens for ep in episodes)
         return out, (sum(grad_norms) / len(grad_norms) if grad_norms else 0.0), trained
 
-    def _logprobs(self, model: torch.nn.Module, mb: Any) -> torch.Tensor:
-        from .hf_policy import token_logprobs
+    def _logprobs_and_entropy(
+        self, model: torch.nn.Module, mb: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs at the sampling temperature (as the behaviour ones were) and
+        the policy's entropy, from one forward pass."""
+        from .hf_policy import token_logprobs_and_entropy
 
-        return token_logprobs(
+        return token_logprobs_and_entropy(
             model, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
         )
 

@@ -22,6 +22,7 @@ import sys
 import time
 
 import gymnasium as gym
+from _common import TimedVerifier
 
 import forkgym.envs
 from forkgym.verifiers import MathVerifier
@@ -29,20 +30,6 @@ from forkgym.verifiers import MathVerifier
 TARGETS = {"forkgym/Arithmetic-v0": 5000.0, "forkgym/WordProblems-v0": 5000.0}
 WRONG = "I am fairly sure the answer is $\\boxed{-123456789}$."
 SLOW = {"forkgym/PythonTool-v0": 20}  # sandboxed processes: far fewer episodes
-
-
-class TimedVerifier:
-    """Wraps a verifier to split an episode's time into grading and the rest."""
-
-    def __init__(self, inner: MathVerifier) -> None:
-        self.inner, self.seconds = inner, 0.0
-
-    def verify(self, reference: str, response: str):
-        start = time.perf_counter()
-        try:
-            return self.inner.verify(reference, response)
-        finally:
-            self.seconds += time.perf_counter() - start
 
 
 def run_episodes(env, policy: str, episodes: int) -> float:

@@ -42,8 +42,9 @@ EVAL_SEED = 10_000
 GAIN = 0.30
 
 
-def held_out(model_dir: Path, env_id: str, env_kwargs: dict, max_new_tokens: int) -> float:
-    model, tokenizer = load_policy_model(model_dir)
+def held_out(
+    model: object, tokenizer: object, env_id: str, env_kwargs: dict, max_new_tokens: int
+) -> float:
     result = evaluate(
         HFPolicy(model, tokenizer, seed=0),
         tokenizer,
@@ -56,35 +57,43 @@ def held_out(model_dir: Path, env_id: str, env_kwargs: dict, max_new_tokens: int
 
 
 def warm_start(
-    work: Path,
-    env_id: str,
-    env_kwargs: dict,
-    max_new_tokens: int,
-    chunk: int,
-    low: float,
-    high: float,
+    work: Path, env_id: str, env_kwargs: dict, max_new_tokens: int, low: float, max_tokens: int
 ) -> tuple[Path, float, int]:
-    """SFT in chunks of ``chunk`` tokens until held-out accuracy is in [low, high]."""
+    """One SFT run on gold demonstrations, checked every 10 steps, stopped at ``low`` accuracy."""
     base = work / "base"
     if not (base / "config.json").exists():
         init_model(base)
-    name = env_id.split("/")[-1]
-    current, tokens = base, 0
-    for i in range(1, 40):
-        out = work / f"{name}-sft-{i * chunk}"
-        if not (out / "config.json").exists():
-            sft(str(current), env_id, tokens=chunk, out=out, seed=i, env_kwargs=env_kwargs)
-        current, tokens = out, i * chunk
-        accuracy = held_out(current, env_id, env_kwargs, max_new_tokens)
+    out = work / f"{env_id.split('/')[-1]}-warm"
+    seen: dict[str, float] = {}
+
+    def reached(model: object, tokenizer: object, tokens: int) -> bool:
+        seen["accuracy"], seen["tokens"] = (
+            held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens),
+            tokens,
+        )
         print(
-            f"  warm start {name}: {tokens:,} SFT tokens -> held-out greedy accuracy {accuracy:.3f}",
+            f"  warm start {env_id}: {tokens:,} SFT tokens -> held-out greedy accuracy {seen['accuracy']:.3f}",
             flush=True,
         )
-        if accuracy >= low:
-            if accuracy > high:
-                print(f"  (above {high:.0%}: the runs start higher than planned)", flush=True)
-            return current, accuracy, tokens
-    raise RuntimeError("the warm start never reached the target accuracy")
+        return seen["accuracy"] >= low
+
+    result = sft(
+        str(base),
+        env_id,
+        tokens=max_tokens,
+        out=out,
+        seed=0,
+        env_kwargs=env_kwargs,
+        until=reached,
+        check_every=10,
+    )
+    model, tokenizer = load_policy_model(out)
+    accuracy = held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens)
+    if accuracy < low:
+        raise RuntimeError(
+            f"the warm start reached only {accuracy:.3f} after {result['tokens']:,} tokens"
+        )
+    return out, accuracy, int(result["tokens"])
 
 
 def train(
@@ -164,7 +173,7 @@ def main() -> int:
         flush=True,
     )
     warm, start, sft_tokens = warm_start(
-        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, 24, 60_000, 0.20, 0.50
+        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, 24, 0.20, 2_000_000
     )
     results: list[tuple[str, str, int, dict, Path]] = []
     for estimator in args.estimators:
@@ -187,7 +196,7 @@ def main() -> int:
             print(f"  arithmetic {estimator:6} seed {seed}: {json.dumps(r)}", flush=True)
     if not args.skip_calculator:
         calc, calc_start, _ = warm_start(
-            args.work, "forkgym/Calculator-v0", CALCULATOR, 48, 60_000, 0.20, 0.60
+            args.work, "forkgym/Calculator-v0", CALCULATOR, 48, 0.20, 2_000_000
         )
         for seed in args.seeds[:1]:
             out = args.work / f"calc-rloo-seed{seed}"

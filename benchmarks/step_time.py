@@ -21,23 +21,12 @@ from collections import defaultdict
 
 import gymnasium as gym
 import torch
+from _common import TimedVerifier
 
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
 from forkgym.agents.trainer import Trainer
 from forkgym.verifiers import MathVerifier
-
-
-class TimedVerifier:
-    def __init__(self) -> None:
-        self.inner, self.seconds = MathVerifier(workers=0), 0.0
-
-    def verify(self, reference: str, response: str):
-        start = time.perf_counter()
-        try:
-            return self.inner.verify(reference, response)
-        finally:
-            self.seconds += time.perf_counter() - start
 
 
 def main() -> int:
@@ -64,7 +53,7 @@ def main() -> int:
             progress=False,
         )
         trainer = Trainer(config)
-        verifier = TimedVerifier()
+        verifier = TimedVerifier(MathVerifier(workers=0))
         trainer.make_env = lambda: gym.make(config.env, verifier=verifier, **env_kwargs)  # type: ignore[method-assign]
         trainer.rollouts = trainer._rollouts(k=config.k, greedy=False)
         rows: dict[str, list[float]] = defaultdict(list)

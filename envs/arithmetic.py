@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .exact_eval import evaluate_terms, format_number
+from .exact_eval import check_expression_shape, random_expression
 from .math_env import ANSWER_INSTRUCTION, MathEnv
 from .task import Draws, Task
 
@@ -56,11 +56,8 @@ class ArithmeticEnv(MathEnv):
         self.solution_style = solution_style
         if level is not None:
             digits, terms = curriculum(level)
-        if digits < 1 or terms < 2:
-            raise ValueError("need digits >= 1 and terms >= 2")
-        if not operations or set(operations) - set("+-*/"):
-            raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
-        self.digits, self.terms, self.operations = digits, terms, "".join(sorted(set(operations)))
+        self.digits, self.terms = digits, terms
+        self.operations = check_expression_shape(digits, terms, operations)
         config = {
             "digits": digits,
             "terms": terms,
@@ -71,17 +68,8 @@ class ArithmeticEnv(MathEnv):
         super().__init__(config=config, max_attempts=max_attempts, **common)
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
-        low, high = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10**self.digits
         draw = Draws(rng, 2 * self.terms)
-        numbers = [draw.between(low, high) for _ in range(self.terms)]
-        ops = [draw.pick(self.operations) for _ in range(self.terms - 1)]
-        for i, op in enumerate(ops):  # never divide by zero
-            if op == "/" and numbers[i + 1] == 0:
-                numbers[i + 1] = 1
-        expression = str(numbers[0]) + "".join(
-            f" {op} {n}" for op, n in zip(ops, numbers[1:], strict=True)
-        )
-        answer = format_number(evaluate_terms(numbers, ops))
+        expression, answer, ops = random_expression(draw, self.digits, self.terms, self.operations)
         exact = (
             " Give the exact value (a reduced fraction if it is not an integer)."
             if "/" in ops

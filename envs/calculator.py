@@ -11,8 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from .exact_eval import ExpressionError, evaluate, evaluate_terms, format_number
-from .task import Task
+from .exact_eval import (
+    ExpressionError,
+    check_expression_shape,
+    evaluate,
+    format_number,
+    random_expression,
+)
+from .task import Draws, Task
 from .tool_env import ToolEnv, ToolResult, tool
 
 __all__ = ["CalculatorEnv"]
@@ -33,24 +39,15 @@ class CalculatorEnv(ToolEnv):
         max_turns: int = 4,
         **common: Any,
     ) -> None:
-        if digits < 1 or terms < 2:
-            raise ValueError("need digits >= 1 and terms >= 2")
-        if not operations or set(operations) - set("+-*/"):
-            raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
-        self.digits, self.terms, self.operations = digits, terms, "".join(sorted(set(operations)))
+        self.digits, self.terms = digits, terms
+        self.operations = check_expression_shape(digits, terms, operations)
         config = {"digits": digits, "terms": terms, "operations": self.operations}
         super().__init__(config=config, tool_parser=tool_parser, max_turns=max_turns, **common)
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
-        numbers = rng.integers(10 ** (self.digits - 1), 10**self.digits, size=self.terms).tolist()
-        ops = [
-            self.operations[i]
-            for i in rng.integers(len(self.operations), size=self.terms - 1).tolist()
-        ]
-        expression = str(numbers[0]) + "".join(
-            f" {op} {n}" for op, n in zip(ops, numbers[1:], strict=True)
+        expression, answer, _ = random_expression(
+            Draws(rng, 2 * self.terms), self.digits, self.terms, self.operations
         )
-        answer = format_number(evaluate_terms(numbers, ops))
         return Task(
             task_id=task_id,
             prompt=f"What is the exact value of {expression}?",

@@ -12,8 +12,16 @@ from __future__ import annotations
 import ast
 import math
 from fractions import Fraction
+from typing import Any
 
-__all__ = ["ExpressionError", "evaluate", "evaluate_terms", "format_number"]
+__all__ = [
+    "ExpressionError",
+    "check_expression_shape",
+    "evaluate",
+    "evaluate_terms",
+    "format_number",
+    "random_expression",
+]
 
 
 class ExpressionError(ValueError):
@@ -115,3 +123,32 @@ def format_number(value: Fraction) -> str:
     return (
         str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     )
+
+
+def check_expression_shape(digits: int, terms: int, operations: str) -> str:
+    """Validate the knobs of a random expression; returns the operations, sorted."""
+    if digits < 1 or terms < 2:
+        raise ValueError("need digits >= 1 and terms >= 2")
+    if not operations or set(operations) - set("+-*/"):
+        raise ValueError(f"operations must be a non-empty subset of '+-*/', got {operations!r}")
+    return "".join(sorted(set(operations)))
+
+
+def random_expression(
+    draw: Any, digits: int, terms: int, operations: str
+) -> tuple[str, str, list[str]]:
+    """``(expression, exact answer, operators)``: ``terms`` numbers of ``digits`` digits.
+
+    ``draw`` is a :class:`~forkgym.envs.task.Draws`. Divisions by zero are avoided by
+    construction (a zero divisor becomes 1).
+    """
+    low, high = (10 ** (digits - 1) if digits > 1 else 0), 10**digits
+    numbers = [draw.between(low, high) for _ in range(terms)]
+    ops = [draw.pick(operations) for _ in range(terms - 1)]
+    for i, op in enumerate(ops):
+        if op == "/" and numbers[i + 1] == 0:
+            numbers[i + 1] = 1
+    expression = str(numbers[0]) + "".join(
+        f" {op} {n}" for op, n in zip(ops, numbers[1:], strict=True)
+    )
+    return expression, format_number(evaluate_terms(numbers, ops)), ops

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 
 import pytest
+import torch
 
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.runlog import read_metrics
@@ -75,8 +76,10 @@ def test_run_directory_holds_config_metrics_and_checkpoints(tmp_path, tiny_model
     metrics = read_metrics(run)
     for key in ("step", "reward_mean", "accuracy", "tokens_generated", "tokens_trained", "status/correct",
                 "est/groups_with_signal", "diag/mixed_of_groups", "loss/loss", "loss/clip_frac_high",
-                "time/generate", "time/env_and_verify", "time/update", "time/sync", "gen/tokens_sampled"):  # fmt: skip
+                "time/generate", "time/env_and_verify", "time/update", "time/sync", "gen/tokens_sampled",
+                "loss/entropy", "time/forward_and_loss", "time/backward", "time/optimizer"):  # fmt: skip
         assert key in metrics[1], key
+    assert metrics[1]["loss/entropy"] > 0  # an untrained model is far from deterministic
     assert "eval_accuracy" in metrics[0] and "eval_pass@2" in metrics[2]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
     state = json.loads((run / "checkpoints" / "step_0000002" / "trainer_state.json").read_text())
@@ -104,6 +107,23 @@ def test_every_estimator_trains(tmp_path, tiny_model_dir, estimator):
             metrics["tokens_generated_greedy"] > 0
             and metrics["gen/greedy_tokens"] == metrics["tokens_generated_greedy"]
         )
+
+
+def test_a_kl_penalty_to_the_reference_is_computed_and_reported(tmp_path, tiny_model_dir):
+    cfg = config(tmp_path, tiny_model_dir, "kl", steps=1, eval_every=0, kl_coef=0.1)
+    trainer = Trainer(cfg)
+    # An untrained policy earns no reward, so no advantage moves it away from the reference;
+    # move it by hand instead, as if earlier steps had trained it.
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    trainer.run()
+    last = read_metrics(tmp_path / "kl")[-1]
+    assert last["loss/kl"] > 0 and last["tokens_trained"] > 0
+    plain = config(tmp_path, tiny_model_dir, "nokl", steps=1, eval_every=0)
+    Trainer(plain).run()
+    assert "loss/kl" not in read_metrics(tmp_path / "nokl")[-1]  # no reference model is kept
 
 
 def test_an_unreachable_verifier_service_leaves_everything_out_and_is_counted(

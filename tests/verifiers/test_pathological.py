@@ -21,7 +21,8 @@ def _nested_frac(depth: int) -> str:
 PATHOLOGICAL = {
     "power tower": ("3", r"\boxed{9^{9^{9^{9}}}}"),
     "power tower as reference": (r"9^{9^{9^{9}}}", r"\boxed{3}"),
-    "200-deep nested frac": ("1", r"\boxed{" + _nested_frac(200) + "}"),
+    # the tower equals 1, so the reference is 2: wrong whether it is judged or times out
+    "200-deep nested frac": ("2", r"\boxed{" + _nested_frac(200) + "}"),
     "200 kB response": ("42", "lorem ipsum " * 17_000 + r"\boxed{41}"),
     "200 kB integer in the box": ("42", r"\boxed{" + "7" * 200_000 + "}"),
     "200 kB expression in the box": ("42", r"\boxed{" + "x+" * 100_000 + "1}"),
