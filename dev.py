@@ -68,7 +68,7 @@ def main_job(python: Path, extra: list[str]) -> int:
     (configs/quickstart.yaml) and plot its learning curve. Steps whose output exists are
     skipped, so a second run only trains again."""
     base = ROOT / "runs" / "quickstart"
-    env = ["-k", "system_prompt=null", "-k", "operations=+", "-k", "solution_style=compact"]
+    env = ["-k", "system_prompt=null", "-k", "operations=+", "-k", "solution_style=worked"]
     steps = [
         (base / "model" / "config.json", ["model", "init", "--out", str(base / "model")]),
         (
@@ -80,7 +80,7 @@ def main_job(python: Path, extra: list[str]) -> int:
                 "--env",
                 "Arithmetic-v0",
                 "--tokens",
-                "330000",
+                "410000",
                 "--out",
                 str(base / "warm"),
                 *env,

@@ -42,8 +42,8 @@ class TrainConfig:
     k: int = 8  # sampled branches per task
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 24  # per assistant turn
-    lr: float = 3e-4
+    max_new_tokens: int = 32  # per assistant turn
+    lr: float = 1e-4  # the tiny default model; hub models want ~1e-6
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0

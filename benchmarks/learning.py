@@ -35,7 +35,8 @@ from forkgym.agents.plots import curves, plot_runs
 from forkgym.agents.sft import sft
 from forkgym.agents.trainer import Trainer
 
-ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "compact"}
+ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "worked"}
+ARITH_TOKENS = 32  # the worked answer of a 3-digit sum is 24 tokens with its stop token
 CALCULATOR = {"system_prompt": None, "digits": 3, "terms": 2, "operations": "+*"}
 EVAL_EPISODES = 200
 EVAL_SEED = 10_000
@@ -120,7 +121,7 @@ def train(
         prompts_per_step=8,
         k=8,
         max_new_tokens=max_new_tokens,
-        lr=3e-4,
+        lr=1e-4,
         eval_every=eval_every,
         eval_episodes=EVAL_EPISODES,
         eval_seed=EVAL_SEED,
@@ -173,7 +174,7 @@ def main() -> int:
         flush=True,
     )
     warm, start, sft_tokens = warm_start(
-        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, 24, 0.20, 2_000_000
+        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, ARITH_TOKENS, 0.20, 2_000_000
     )
     results: list[tuple[str, str, int, dict, Path]] = []
     for estimator in args.estimators:
@@ -188,7 +189,7 @@ def main() -> int:
                 out,
                 args.minutes,
                 args.eval_every,
-                24,
+                ARITH_TOKENS,
                 start,
                 args.full,
             )

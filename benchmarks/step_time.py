@@ -5,9 +5,10 @@ step (128 episodes), RLOO, PPO-clip loss, one optimizer step. Two warm-up steps,
 of ``--steps`` timed steps. Verification is timed by wrapping the environment's verifier, so
 "env" below is everything else an environment step costs.
 
-Run: ``python benchmarks/step_time.py [--model DIR] [--steps N]`` (without ``--model`` a fresh
-tiny model is built; an untrained model writes until the token budget, so pass a warm-started
-one for realistic lengths).
+Run: ``python benchmarks/step_time.py [--model DIR] [--steps N] [--k K] [--prompts P]
+[--max-new-tokens T]`` (without ``--model`` a fresh tiny model is built; an untrained model
+writes until the token budget, so pass a warm-started one for realistic lengths, or set the
+budget to the length being measured).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    parser.add_argument("--k", type=int, default=8, help="sampled branches per prompt")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(init_model(f"{tmp}/model", corpus_seeds=8))
@@ -43,8 +46,8 @@ def main() -> int:
             env="forkgym/Arithmetic-v0",
             env_kwargs=env_kwargs,
             estimator="rloo",
-            k=8,
-            prompts_per_step=16,
+            k=args.k,
+            prompts_per_step=args.prompts,
             max_new_tokens=args.max_new_tokens,
             steps=args.steps + 2,
             eval_every=0,
@@ -84,7 +87,7 @@ def main() -> int:
         trainer.log.close()
     total = statistics.mean(rows["total"])
     print(
-        f"step_time  tiny model ({'given' if args.model else 'untrained'}), K=8 x 16 prompts, torch threads={torch.get_num_threads()}, mean of {args.steps} steps"
+        f"step_time  tiny model ({'given' if args.model else 'untrained'}), K={args.k} x {args.prompts} prompts, max {args.max_new_tokens} new tokens, torch threads={torch.get_num_threads()}, mean of {args.steps} steps"
     )
     print(f"{'part':28} {'seconds':>8} {'share':>6}")
     for key, values in rows.items():
