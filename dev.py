@@ -68,6 +68,7 @@ def main_job(python: Path, extra: list[str]) -> int:
     (configs/quickstart.yaml) and plot its learning curve. Steps whose output exists are
     skipped, so a second run only trains again."""
     base = ROOT / "runs" / "quickstart"
+    # the env_kwargs of configs/quickstart.yaml: the warm start must see the tasks RL will see
     env = ["-k", "system_prompt=null", "-k", "operations=+", "-k", "solution_style=worked"]
     steps = [
         (base / "model" / "config.json", ["model", "init", "--out", str(base / "model")]),

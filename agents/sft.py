@@ -111,7 +111,7 @@ def sft(
         step += 1
         losses.append(float(loss.detach()))
         if log is not None:
-            log({"step": step, "loss": float(loss.detach()), "tokens": trained})
+            log({"step": step, "loss": losses[-1], "tokens": trained})
         if until is not None and step % check_every == 0 and until(model, tokenizer, trained):
             break
     out = Path(out)

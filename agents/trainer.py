@@ -260,6 +260,8 @@ class Trainer:
         self, episodes: list[Episode], advantages: list[float]
     ) -> tuple[dict[str, float], float, int]:
         """PPO epochs over mini-batches; one optimizer step (and one normaliser) each."""
+        from .hf_policy import token_logprobs
+
         config = self.config
         summed: Counter[str] = Counter()
         weights = 0.0
@@ -292,8 +294,13 @@ class Trainer:
                     logprobs, entropy = self._logprobs_and_entropy(self.model, mb)
                     ref = None
                     if self.reference is not None:
-                        with torch.no_grad():
-                            ref, _ = self._logprobs_and_entropy(self.reference, mb)
+                        with torch.no_grad():  # the reference's entropy is never used
+                            ref = token_logprobs(
+                                self.reference,
+                                mb.input_ids,
+                                mb.attention_mask,
+                                temperature=config.temperature,
+                            )
                     loss, m = self.loss_fn(
                         logprobs,
                         mb.old_logprobs,

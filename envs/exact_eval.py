@@ -12,7 +12,10 @@ from __future__ import annotations
 import ast
 import math
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .task import Draws
 
 __all__ = [
     "ExpressionError",
@@ -135,12 +138,11 @@ def check_expression_shape(digits: int, terms: int, operations: str) -> str:
 
 
 def random_expression(
-    draw: Any, digits: int, terms: int, operations: str
+    draw: Draws, digits: int, terms: int, operations: str
 ) -> tuple[str, str, list[str]]:
     """``(expression, exact answer, operators)``: ``terms`` numbers of ``digits`` digits.
 
-    ``draw`` is a :class:`~forkgym.envs.task.Draws`. Divisions by zero are avoided by
-    construction (a zero divisor becomes 1).
+    Divisions by zero are avoided by construction (a zero divisor becomes 1).
     """
     low, high = (10 ** (digits - 1) if digits > 1 else 0), 10**digits
     numbers = [draw.between(low, high) for _ in range(terms)]
