@@ -7,7 +7,14 @@ One run, the seeded mixes of ``verify_throughput.py`` (integer answers; MATH-lik
 * HTTP batches of 64: 4 client threads, each posting batches with the forkgym client;
 * HTTP singles, 16 concurrent clients: 16 threads, each with a ``VerifierClient`` (httpx);
 * HTTP singles, 16 connections, minimal client: raw HTTP/1.1 on 16 keep-alive sockets, so the
-  figure is the service's capacity rather than the client library's.
+  figure is the service's capacity rather than the client library's;
+* SQLite alone: the same items' rows inserted with the bare ``sqlite3`` module into the
+  service's schema, 64 per transaction: the persistence ceiling on this disk, no HTTP, no
+  grading, no SQLAlchemy.
+
+Beside each HTTP figure: the CPU the server process spent per item, and the CPU the client
+process spent per item (both from the kernel's accounting), since on this 2-core machine the
+clients compete with the service for the same cores.
 
 Every HTTP item is graded, committed to SQLite (WAL) and acknowledged before it counts.
 Run: ``python benchmarks/service_throughput.py [--quick]``.
@@ -17,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
+import resource
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -27,6 +37,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -35,6 +47,7 @@ from verify_throughput import integer_mix, math_mix
 
 from forkgym.services import VerifierClient
 from forkgym.services.server import READY_PREFIX
+from forkgym.store import upgrade
 from forkgym.verifiers import MathVerifier
 
 SEED = 20261202
@@ -62,6 +75,60 @@ def start_server(db: Path) -> tuple[subprocess.Popen, str]:
             return proc, line[len(READY_PREFIX) :].strip()
         if not line:
             raise RuntimeError("the server did not start")
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU of a process (this one when ``pid`` is None)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(server_pid: int, n: int, run: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """``run()``'s figures plus server and client CPU per item."""
+    server, client = cpu_seconds(server_pid), cpu_seconds()
+    result = run()
+    result["server_us"] = 1e6 * (cpu_seconds(server_pid) - server) / n
+    result["client_us"] = 1e6 * (cpu_seconds() - client) / n
+    return result
+
+
+def sqlite_alone(items: list[tuple[str, str]], db: Path, batch: int = 64) -> dict[str, float]:
+    """Rows like the service's, inserted with bare sqlite3 into the migrated schema."""
+    upgrade(f"sqlite:///{db}")
+    verifier = MathVerifier(workers=0, cache_size=0)
+    rows = []
+    for reference, response in items:
+        outcome = verifier.verify_quick(reference, response) or verifier.verify(reference, response)
+        key = uuid.uuid4().hex
+        rows.append(
+            (key, key, uuid.uuid4().hex, reference, response,
+             hashlib.sha256(response.encode()).hexdigest(), len(response), outcome.extracted,
+             outcome.status.value, outcome.reward, outcome.verifier, outcome.verifier_version,
+             outcome.latency_ms, json.dumps(outcome.details), "2026-12-03 00:00:00.000000")
+        )  # fmt: skip
+    columns = (
+        "id, idempotency_key, request_id, reference, response, response_sha256, "
+        "response_chars, extracted, status, reward, verifier, verifier_version, latency_ms, "
+        "details, created_at"
+    )
+    sql = (
+        f"INSERT INTO verification_outcomes ({columns}) VALUES ({', '.join('?' * 15)}) "
+        "ON CONFLICT DO NOTHING"
+    )
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    start = time.perf_counter()
+    for i in range(0, len(rows), batch):
+        con.execute("BEGIN IMMEDIATE")
+        con.executemany(sql, rows[i : i + batch])
+        con.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    con.close()
+    return {"per_s": len(rows) / elapsed, "p50": float("nan"), "p99": float("nan")}
 
 
 def pct(values: list[float], q: int) -> float:
@@ -163,24 +230,29 @@ def main() -> int:
             proc, url = start_server(Path(tmp) / f"{mix}.db")
             try:
                 # distinct seeds: every HTTP run records new items, never replays earlier ones
-                results[mix, "HTTP batches of 64, 4 clients"] = threaded(
-                    url, make(n, SEED + 1), threads=4, batch=64
+                batches, singles, raw = make(n, SEED + 1), make(n, SEED + 2), make(n, SEED + 3)
+                results[mix, "HTTP batches of 64, 4 clients"] = measured(
+                    proc.pid, n, partial(threaded, url, batches, threads=4, batch=64)
                 )
-                results[mix, "HTTP singles, 16 forkgym clients"] = threaded(
-                    url, make(n, SEED + 2), threads=16, batch=1
+                results[mix, "HTTP singles, 16 forkgym clients"] = measured(
+                    proc.pid, n, partial(threaded, url, singles, threads=16, batch=1)
                 )
-                results[mix, "HTTP singles, 16 raw connections"] = raw_singles(
-                    url, make(n, SEED + 3)
+                results[mix, "HTTP singles, 16 raw connections"] = measured(
+                    proc.pid, n, partial(raw_singles, url, raw)
                 )
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(60)
+            results[mix, "SQLite alone (sqlite3, 64/txn)"] = sqlite_alone(
+                make(n, SEED + 4), Path(tmp) / f"{mix}-alone.db"
+            )
 
     print(
         f"service_throughput  seed={SEED}  integer items={sizes['integer']}  MATH-like items={sizes['math']}  (2-worker pool, SQLite WAL)"
     )
     header = (
-        f"{'mix':8} {'path':36} {'verif/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs in-process':>14}"
+        f"{'mix':8} {'path':36} {'verif/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'server us/it':>12} {'client us/it':>12} {'vs in-process':>14}"
     )
     print(header)
     print("-" * len(header))
@@ -196,10 +268,14 @@ def main() -> int:
             ok = r["per_s"] >= 500
             mark = f"  target >= 500/s: {'PASS' if ok else 'FAIL'}"
             failed |= not ok and "raw" in path
+        cpu = (
+            f"{r.get('server_us', float('nan')):>12,.0f} {r.get('client_us', float('nan')):>12,.0f}"
+        )
         print(
-            f"{mix:8} {path:36} {r['per_s']:>9,.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {ratio:>13.0%}{mark}"
+            f"{mix:8} {path:36} {r['per_s']:>9,.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {cpu} {ratio:>13.0%}{mark}"
         )
     print("p50/p99: per request (a batch of 64 counts once); in-process: per item")
+    print("server/client us/it: CPU microseconds per item in the server / benchmark process")
     print(
         f"cpu count: {os.cpu_count()}; the clients run on the same {os.cpu_count()} cores as the service"
     )

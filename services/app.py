@@ -239,17 +239,15 @@ def create_app(
         request_id = uuid.uuid4().hex
         start = time.perf_counter()
         try:
-            # Inline: one indexed SELECT and the exact fast path, microseconds to a millisecond.
-            # A thread hop costs more than that here; only symbolic answers need one.
-            slots, hashes = recorder.lookup(items)
-            graded, rest = recorder.grade_quick(
-                items, [i for i, slot in enumerate(slots) if slot is None]
-            )
-            if rest:
-                graded.update(await run_in_threadpool(recorder.grade_pool, items, rest))
+            # Inline: the fast path, and one indexed SELECT when an item needs the pool. A
+            # thread hop costs more than either here; only symbolic answers take one.
+            hashes, graded, found, todo = recorder.triage(items)
+            if todo:
+                graded.update(await run_in_threadpool(recorder.grade_pool, items, todo))
+            slots = [found.get(i) for i in range(len(items))]
             new_rows = recorder.build_rows(items, hashes, graded, request_id)
             recorded = await asyncio.wrap_future(recorder.submit(new_rows)) if new_rows else []
-            rows = recorder.merge(items, slots, new_rows, recorded)
+            rows = recorder.merge(slots, new_rows, recorded)
         except Conflict as exc:
             raise HTTPException(409, str(exc)) from None
         metrics.observe(rows, time.perf_counter() - start)

@@ -46,7 +46,9 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.graded = Gauge(
-            "forkgym_items_graded", "Items graded (replays excluded)", registry=self.registry
+            "forkgym_items_graded",
+            "Items graded and newly recorded (replays excluded)",
+            registry=self.registry,
         )
 
     def observe(self, rows: list[dict[str, Any]], seconds: float) -> None:

@@ -1,10 +1,12 @@
 """Grade-and-record, independent of HTTP: the service's core, used by the FastAPI app.
 
 For a list of items: give each an id (the client's ``id``, else its idempotency key, else a
-new UUID); return already-recorded items as they were recorded (no second grading); grade
-the rest in the worker pool; hand the rows to the single writer and return what the table
-holds once the transaction has committed. An id or key reused for different content is a
-:class:`Conflict`, never a silent overwrite.
+new UUID); grade what the fast path decides at once (microseconds: no database read first);
+for the items that need the worker pool, look up recorded outcomes first so a retry is never
+graded twice; hand the new rows to the single writer and return what the table holds once
+the transaction has committed. A retried item returns the row recorded the first time; an id
+or key reused for different content is a :class:`Conflict` that records nothing, never a
+silent overwrite.
 """
 
 from __future__ import annotations
@@ -17,17 +19,14 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from forkgym.store import OutcomeWriter, find_outcomes, make_engine, upgrade
+from forkgym.store import Conflict, OutcomeWriter, find_outcomes, make_engine, upgrade
 from forkgym.store.models import utcnow
+from forkgym.store.writer import check_same
 from forkgym.verifiers import MathVerifier, Outcome
 
 from .config import ServiceConfig
 
 __all__ = ["Conflict", "Item", "Recorder"]
-
-
-class Conflict(ValueError):
-    """An id or idempotency key already names a different item."""
 
 
 @dataclass
@@ -60,7 +59,7 @@ class Recorder:
         self.verifier = MathVerifier(
             timeout=config.timeout, workers=config.workers, cache_size=config.cache_size
         )
-        self.graded = 0  # items graded (not replayed): a retry must not increase it
+        self.graded = 0  # items graded and newly recorded: a retry must not increase it
 
     def start(self) -> None:
         self.verifier.start()
@@ -73,45 +72,50 @@ class Recorder:
 
     # -- the phases of a request (the app interleaves them with its event loop) -------------
 
-    def lookup(self, items: list[Item]) -> tuple[list[dict[str, Any] | None], list[str]]:
-        """Give every item an id; return (recorded row or None per item, response hashes).
-
-        One indexed SELECT; WAL readers never wait for the writer, so the event loop may call
-        this inline.
-        """
+    def identify(self, items: list[Item]) -> list[str]:
+        """Give every item an id; return the response hashes."""
         for item in items:
             item.id = item.id or item.idempotency_key or uuid.uuid4().hex
-        hashes = [sha256(item.response) for item in items]
-        with self.read_engine.connect() as conn:
-            known = find_outcomes(
-                conn,
-                [item.id for item in items],  # type: ignore[misc]
-                [item.idempotency_key for item in items if item.idempotency_key],
-            )
-        by_id = {row["id"]: row for row in known}
-        by_key = {row["idempotency_key"]: row for row in known if row["idempotency_key"]}
-        slots: list[dict[str, Any] | None] = []
-        for item, digest in zip(items, hashes, strict=True):
-            row = by_key.get(item.idempotency_key) if item.idempotency_key else None
-            row = row or by_id.get(item.id)  # type: ignore[arg-type]
-            if row is not None:
-                check_same(row, item, digest)
-            slots.append(row)
-        return slots, hashes
+        return [sha256(item.response) for item in items]
 
-    def grade_quick(
-        self, items: list[Item], todo: list[int]
-    ) -> tuple[dict[int, Outcome], list[int]]:
+    def grade_quick(self, items: list[Item]) -> tuple[dict[int, Outcome], list[int]]:
         """Outcomes decided without the pool (extraction, cache, fast path), and the rest."""
         done: dict[int, Outcome] = {}
         rest = []
-        for i in todo:
-            outcome = self.verifier.verify_quick(items[i].reference, items[i].response)
+        for i, item in enumerate(items):
+            outcome = self.verifier.verify_quick(item.reference, item.response)
             if outcome is None:
                 rest.append(i)
             else:
                 done[i] = outcome
         return done, rest
+
+    def lookup(
+        self, items: list[Item], hashes: list[str], which: list[int]
+    ) -> dict[int, dict[str, Any]]:
+        """Recorded rows of the items ``which`` (by id or key), checked to be the same item.
+
+        One indexed SELECT; WAL readers never wait for the writer, so the event loop may call
+        it inline. Only items bound for the pool need it: re-running the fast path on a retry
+        costs less than the read, and the writer returns the recorded row anyway.
+        """
+        with self.read_engine.connect() as conn:
+            known = find_outcomes(
+                conn,
+                [items[i].id for i in which],  # type: ignore[misc]
+                [items[i].idempotency_key for i in which if items[i].idempotency_key],
+            )
+        by_id = {row["id"]: row for row in known}
+        by_key = {row["idempotency_key"]: row for row in known if row["idempotency_key"]}
+        found = {}
+        for i in which:
+            item = items[i]
+            row = by_key.get(item.idempotency_key) if item.idempotency_key else None
+            row = row or by_id.get(item.id)  # type: ignore[arg-type]
+            if row is not None:
+                check_same(row, {**vars(item), "response_sha256": hashes[i]})
+                found[i] = row
+        return found
 
     def grade_pool(self, items: list[Item], rest: list[int]) -> dict[int, Outcome]:
         """Symbolic grading in the worker pool (blocks: run it in a thread)."""
@@ -124,7 +128,6 @@ class Recorder:
         self, items: list[Item], hashes: list[str], graded: dict[int, Outcome], request_id: str
     ) -> list[dict[str, Any]]:
         """Rows to write for the newly graded items, in item order."""
-        self.graded += len(graded)
         now = utcnow()
         rows = []
         for i in sorted(graded):
@@ -152,50 +155,52 @@ class Recorder:
             )
         return rows
 
+    def triage(
+        self, items: list[Item]
+    ) -> tuple[list[str], dict[int, Outcome], dict[int, dict[str, Any]], list[int]]:
+        """Everything short of the pool: ``(hashes, graded, recorded rows, left for the pool)``.
+
+        Microseconds per fast-path item plus one indexed read when some item needs the pool:
+        cheap enough for an event loop to call inline.
+        """
+        hashes = self.identify(items)
+        graded, rest = self.grade_quick(items)
+        found = self.lookup(items, hashes, rest) if rest else {}
+        return hashes, graded, found, [i for i in rest if i not in found]
+
     def prepare(
         self, items: list[Item], request_id: str
     ) -> tuple[list[dict[str, Any] | None], list[dict[str, Any]]]:
-        """All of the above, synchronously: ``(slots, rows to write)``."""
-        slots, hashes = self.lookup(items)
-        graded, rest = self.grade_quick(items, [i for i, slot in enumerate(slots) if slot is None])
-        if rest:
-            graded.update(self.grade_pool(items, rest))
+        """All of the above, synchronously: ``(recorded row or None per item, rows to write)``."""
+        hashes, graded, found, todo = self.triage(items)
+        if todo:
+            graded.update(self.grade_pool(items, todo))
+        slots = [found.get(i) for i in range(len(items))]
         return slots, self.build_rows(items, hashes, graded, request_id)
 
     def submit(self, rows: list[dict[str, Any]]) -> Future[list[dict[str, Any]]]:
         return self.writer.submit(rows)
 
-    @staticmethod
     def merge(
-        items: list[Item],
+        self,
         slots: list[dict[str, Any] | None],
         new_rows: list[dict[str, Any]],
         recorded: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
-        """Recorded rows in item order; ``replayed`` marks rows another request recorded."""
+        """Recorded rows in item order; ``replayed`` marks rows another request recorded.
+
+        The writer has checked that every recorded row it returned grades the same item.
+        """
         written = iter(zip(new_rows, recorded, strict=True))
         out = []
-        for item, slot in zip(items, slots, strict=True):
+        for slot in slots:
             if slot is not None:
                 out.append({**slot, "replayed": True})
                 continue
             mine, row = next(written)
             if row["request_id"] != mine["request_id"] or row["id"] != mine["id"]:
-                check_same(row, item, mine["response_sha256"])  # a concurrent twin won the race
-                out.append({**row, "replayed": True})
+                out.append({**row, "replayed": True})  # recorded first by a retry or a twin
             else:
                 out.append({**row, "replayed": False})
+                self.graded += 1
         return out
-
-
-def check_same(row: dict[str, Any], item: Item, digest: str) -> None:
-    if row["reference"] != item.reference or row["response_sha256"] != digest:
-        which = (
-            "idempotency key"
-            if item.idempotency_key and row["idempotency_key"] == item.idempotency_key
-            else "id"
-        )
-        value = item.idempotency_key if which == "idempotency key" else item.id
-        raise Conflict(
-            f"{which} {value!r} already names a different item (recorded as {row['id']!r})"
-        )

@@ -20,10 +20,11 @@ from .queries import (
     status_counts,
     write_jsonl,
 )
-from .writer import OutcomeWriter, StoreClosed
+from .writer import Conflict, OutcomeWriter, StoreClosed
 
 __all__ = [
     "Base",
+    "Conflict",
     "OutcomeRow",
     "OutcomeWriter",
     "RunRow",

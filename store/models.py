@@ -16,6 +16,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -60,26 +61,30 @@ class OutcomeRow(Base):
             f"(status IN ({_INFRA}) AND reward IS NULL) OR (status NOT IN ({_INFRA}) AND reward IS NOT NULL)",
             name="ck_outcome_reward_matches_status",
         ),
+        # Only the indexes the queries use: every index is another B-tree insert per outcome,
+        # and on this disk each one costs as much as the row itself (see migration 0003).
+        Index("ix_outcomes_run_status", "run_id", "status"),
+        Index("ix_outcomes_status", "status"),
     )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     id: Mapped[str] = mapped_column(String(128), unique=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
-    request_id: Mapped[str] = mapped_column(String(64), index=True)
-    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), index=True)
-    task_id: Mapped[str | None] = mapped_column(String(256), index=True)
+    request_id: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
+    task_id: Mapped[str | None] = mapped_column(String(256))
     reference: Mapped[str] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
-    response_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    response_sha256: Mapped[str] = mapped_column(String(64))
     response_chars: Mapped[int] = mapped_column(Integer)
     extracted: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), index=True)
+    status: Mapped[str] = mapped_column(String(16))
     reward: Mapped[float | None] = mapped_column(Float)
     verifier: Mapped[str] = mapped_column(String(64))
     verifier_version: Mapped[str] = mapped_column(String(256))
     latency_ms: Mapped[float] = mapped_column(Float)
     details: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class MetricRow(Base):

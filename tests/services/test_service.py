@@ -131,6 +131,29 @@ def test_idempotent_retries_return_the_recorded_outcome_without_regrading(server
     assert dup.status_code == 409
 
 
+def test_a_fast_path_retry_replays_and_a_reused_key_records_nothing(server):
+    """Fast-path items skip the read before grading; the writer still replays and refuses."""
+    first = httpx.post(
+        f"{server.url}/v1/verify", json={"reference": "7", "response": r"\boxed{7}", "id": "fast-1"}
+    ).json()
+    again = httpx.post(
+        f"{server.url}/v1/verify", json={"reference": "7", "response": r"\boxed{7}", "id": "fast-1"}
+    ).json()
+    assert (first["replayed"], again["replayed"]) == (False, True)
+    assert again["created_at"] == first["created_at"]
+    clash = httpx.post(
+        f"{server.url}/v1/verify/batch",
+        json={
+            "items": [
+                {"reference": "8", "response": r"\boxed{8}", "id": "fresh-1"},
+                {"reference": "7", "response": r"\boxed{9}", "id": "fast-1"},
+            ]
+        },
+    )
+    assert clash.status_code == 409 and "different item" in clash.json()["detail"]
+    assert rows(server, "id in ('fast-1', 'fresh-1')") == [("fast-1", None, "correct", 1.0)]
+
+
 NORMAL = {"reference": "12", "response": r"so \boxed{12}"}
 
 

@@ -4,6 +4,7 @@ import io
 import json
 import sqlite3
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from forkgym.store import (
     Base,
+    Conflict,
     OutcomeRow,
     OutcomeWriter,
     StoreClosed,
@@ -71,7 +73,7 @@ def test_migration_matches_the_models_and_is_idempotent(url):
     engine = make_engine(url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        assert MigrationContext.configure(conn).get_current_revision() == "0002"
+        assert MigrationContext.configure(conn).get_current_revision() == "0003"
 
 
 @pytest.mark.parametrize(
@@ -108,6 +110,28 @@ def test_writer_batches_many_threads_and_records_each_row_once(url):
         "select count(*), count(distinct id) from verification_outcomes"
     ).fetchone() == (800, 800)
     assert con.execute("select count(*) from runs").fetchone() == (1,)
+
+
+def test_a_conflicting_request_fails_alone_and_records_nothing(url):
+    """Two requests drained into one transaction; one reuses an id for a different item."""
+    writer = OutcomeWriter(make_engine(url, writer=True))
+    writer.submit([row(1)]).result(timeout=30)
+    path = url.removeprefix("sqlite:///")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # the writer's next transaction waits here...
+    first = writer.submit([row(2)])
+    time.sleep(0.3)
+    good = writer.submit([row(3), row(4)])  # ...so these two queue up and share one batch
+    bad = writer.submit([row(6), {**row(1), "reference": "2", "request_id": "other"}])
+    blocker.execute("ROLLBACK")
+    assert [r["id"] for r in first.result(timeout=30)] == ["o2"]
+    assert [r["id"] for r in good.result(timeout=30)] == ["o3", "o4"]
+    with pytest.raises(Conflict, match="id 'o1' already names a different item"):
+        bad.result(timeout=30)
+    writer.close()
+    ids = {r[0] for r in sqlite3.connect(path).execute("select id from verification_outcomes")}
+    assert ids == {"o1", "o2", "o3", "o4"}  # o6 came with the conflict: not recorded
+    assert writer.rows_written == 4
 
 
 def test_several_writer_engines_never_hit_database_is_locked(url):
