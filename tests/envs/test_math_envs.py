@@ -27,6 +27,20 @@ def test_arithmetic_answers_are_exact_including_division():
         assert evaluate(task.data["expression"]) == evaluate(task.answer)
 
 
+def test_instruction_off_shortens_the_prompt_and_keeps_the_task():
+    full = gym.make("forkgym/Arithmetic-v0", system_prompt=None)
+    bare = gym.make("forkgym/Arithmetic-v0", system_prompt=None, instruction=False)
+    obs_full, info_full = full.reset(seed=3)
+    obs_bare, info_bare = bare.reset(seed=3)
+    question = obs_bare["messages"][-1]["content"]
+    assert obs_full["messages"][-1]["content"] == question + " Put your final answer within \\boxed{}."
+    assert question.startswith("Compute ") and question.endswith(".")
+    assert info_full["task_id"] == info_bare["task_id"]  # the same task, worded shorter
+    assert full.unwrapped.task.answer == bare.unwrapped.task.answer
+    gold = bare.unwrapped.gold_action()
+    assert bare.step(gold)[1] == 1.0
+
+
 def test_word_problem_solutions_check_out_line_by_line():
     env = gym.make("forkgym/WordProblems-v0", steps=5)
     for seed in range(200):
