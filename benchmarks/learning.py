@@ -5,7 +5,11 @@
 2. Train each estimator for each seed for at most ``--minutes`` of wall-clock time, evaluating
    greedy accuracy on the same held-out tasks every ``--eval-every`` steps, and stop a run early
    once it is 30 points above the start (``--full`` keeps going to the time limit).
-3. The same on the calculator tool env (multi-turn: tool call, tool result, answer), RLOO.
+3. The same on the calculator tool env (multi-turn: tool call, tool result, answer) with
+   RLOO: 2-digit sums and products, the boxed result as the final answer; the warm start stops
+   at 25% (below it the tiny model has not yet learned to copy the tool's result at all). A
+   gain of at least 10 points (two standard errors of a difference on 200 tasks) counts as
+   clear.
 
 Prints, per run, held-out accuracy at the start, at its best and at the end, the time and the
 generated tokens it took to gain 30 points, and writes a plot of accuracy against generated
@@ -13,6 +17,8 @@ tokens. Every figure comes from this run; nothing is cached between invocations 
 built models under ``--work`` (delete it for a clean run).
 
 Run: ``python benchmarks/learning.py [--minutes 10] [--seeds 0 1 2] [--out docs/learning.png]``
+(``--skip-arithmetic`` / ``--skip-calculator`` run one part; ``--calculator-seeds`` picks its
+seeds; ``--short-prompt`` drops the answer-format sentence from arithmetic prompts).
 """
 
 from __future__ import annotations
@@ -37,7 +43,16 @@ from forkgym.agents.trainer import Trainer
 
 ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "worked"}
 ARITH_TOKENS = 32  # the worked answer of a 3-digit sum is 24 tokens with its stop token
-CALCULATOR = {"system_prompt": None, "digits": 3, "terms": 2, "operations": "+*"}
+ARITHMETIC_SHORT = {**ARITHMETIC, "instruction": False}
+CALCULATOR = {
+    "system_prompt": None,
+    "digits": 2,
+    "terms": 2,
+    "operations": "+*",
+    "solution_style": "answer",
+}
+CALC_TOKENS = 40  # per turn: the tool call is 29 tokens, the boxed answer 9-10
+CLEAR_GAIN = 0.10
 EVAL_EPISODES = 200
 EVAL_SEED = 10_000
 GAIN = 0.30
@@ -58,9 +73,16 @@ def held_out(
 
 
 def warm_start(
-    work: Path, env_id: str, env_kwargs: dict, max_new_tokens: int, low: float, max_tokens: int
+    work: Path,
+    env_id: str,
+    env_kwargs: dict,
+    max_new_tokens: int,
+    low: float,
+    max_tokens: int,
+    check_every: int = 10,
 ) -> tuple[Path, float, int]:
-    """One SFT run on gold demonstrations, checked every 10 steps, stopped at ``low`` accuracy."""
+    """One SFT run on gold demonstrations, checked every ``check_every`` steps, stopped at
+    ``low`` held-out accuracy."""
     base = work / "base"
     if not (base / "config.json").exists():
         init_model(base)
@@ -86,7 +108,7 @@ def warm_start(
         seed=0,
         env_kwargs=env_kwargs,
         until=reached,
-        check_every=10,
+        check_every=check_every,
     )
     model, tokenizer = load_policy_model(out)
     accuracy = held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens)
@@ -166,40 +188,44 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
     parser.add_argument("--out", type=Path, default=Path("docs/learning.png"))
     parser.add_argument("--skip-calculator", action="store_true")
+    parser.add_argument("--skip-arithmetic", action="store_true")
+    parser.add_argument("--calculator-seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--short-prompt", action="store_true")
     args = parser.parse_args()
+    arithmetic = ARITHMETIC_SHORT if args.short_prompt else ARITHMETIC
     args.work.mkdir(parents=True, exist_ok=True)
 
-    print(
-        "warm starts (SFT on gold demonstrations, until held-out greedy accuracy >= 20%)",
-        flush=True,
-    )
-    warm, start, sft_tokens = warm_start(
-        args.work, "forkgym/Arithmetic-v0", ARITHMETIC, ARITH_TOKENS, 0.20, 2_000_000
-    )
     results: list[tuple[str, str, int, dict, Path]] = []
-    for estimator in args.estimators:
-        for seed in args.seeds:
-            out = args.work / f"arith-{estimator}-seed{seed}"
-            r = train(
-                warm,
-                "forkgym/Arithmetic-v0",
-                ARITHMETIC,
-                estimator,
-                seed,
-                out,
-                args.minutes,
-                args.eval_every,
-                ARITH_TOKENS,
-                start,
-                args.full,
-            )
-            results.append(("arithmetic", estimator, seed, r, out))
-            print(f"  arithmetic {estimator:6} seed {seed}: {json.dumps(r)}", flush=True)
-    if not args.skip_calculator:
-        calc, calc_start, _ = warm_start(
-            args.work, "forkgym/Calculator-v0", CALCULATOR, 48, 0.20, 2_000_000
+    sft_tokens = 0
+    if not args.skip_arithmetic:
+        print("warm start (SFT on gold demonstrations, until held-out greedy accuracy >= 20%)")
+        warm, start, sft_tokens = warm_start(
+            args.work, "forkgym/Arithmetic-v0", arithmetic, ARITH_TOKENS, 0.20, 2_000_000
         )
-        for seed in args.seeds[:1]:
+        for estimator in args.estimators:
+            for seed in args.seeds:
+                out = args.work / f"arith-{estimator}-seed{seed}"
+                r = train(
+                    warm,
+                    "forkgym/Arithmetic-v0",
+                    arithmetic,
+                    estimator,
+                    seed,
+                    out,
+                    args.minutes,
+                    args.eval_every,
+                    ARITH_TOKENS,
+                    start,
+                    args.full,
+                )
+                results.append(("arithmetic", estimator, seed, r, out))
+                print(f"  arithmetic {estimator:6} seed {seed}: {json.dumps(r)}", flush=True)
+    if not args.skip_calculator:
+        calc, calc_start, calc_tokens = warm_start(
+            args.work, "forkgym/Calculator-v0", CALCULATOR, CALC_TOKENS, 0.25, 2_000_000, 40
+        )
+        print(f"  calculator warm start: {calc_tokens:,} SFT tokens", flush=True)
+        for seed in args.calculator_seeds:
             out = args.work / f"calc-rloo-seed{seed}"
             r = train(
                 calc,
@@ -210,15 +236,15 @@ def main() -> int:
                 out,
                 args.minutes,
                 args.eval_every,
-                48,
+                CALC_TOKENS,
                 calc_start,
-                args.full,
+                True,  # no 30-point stop: the question is whether it gains at all
             )
             results.append(("calculator", "rloo", seed, r, out))
             print(f"  calculator rloo seed {seed}: {json.dumps(r)}", flush=True)
 
     print(
-        f"\nlearning  warm start: {sft_tokens:,} SFT tokens; {EVAL_EPISODES} held-out tasks; budget {args.minutes:g} min per run; K=8 x 8 prompts"
+        f"\nlearning  arithmetic warm start: {sft_tokens:,} SFT tokens; {EVAL_EPISODES} held-out tasks; budget {args.minutes:g} min per run; K=8 x 8 prompts"
     )
     header = f"{'env':11} {'estimator':9} {'seed':>4} {'start':>6} {'best':>6} {'end':>6} {'+30 pts after':>14} {'tokens to +30':>14} {'run s':>6}"
     print(header)
@@ -230,7 +256,13 @@ def main() -> int:
         print(
             f"{env:11} {estimator:9} {seed:>4} {r['start']:>6.3f} {r['best']:>6.3f} {r['end']:>6.3f} {when:>14} {toks:>14} {r['seconds']:>6.0f}"
         )
-    for estimator in args.estimators:
+    for _, _, seed, r, _ in (x for x in results if x[0] == "calculator"):
+        gain = r["best"] - r["start"]
+        verdict = "clear gain" if gain >= CLEAR_GAIN else "no clear gain"
+        print(
+            f"calculator rloo seed {seed}: {r['start']:.3f} -> best {r['best']:.3f}, end {r['end']:.3f} ({gain:+.3f}; >= +{CLEAR_GAIN:.2f}: {verdict})"
+        )
+    for estimator in args.estimators if not args.skip_arithmetic else []:
         runs = [r for env, e, _, r, _ in results if env == "arithmetic" and e == estimator]
         gains = [r["best"] - r["start"] for r in runs]
         ok = sum(r["reached"] is not None for r in runs)
@@ -244,7 +276,11 @@ def main() -> int:
         title="held-out greedy accuracy vs tokens generated",
     )
     print(f"plot: {args.out}")
-    return 0 if all(r["reached"] for env, *_, r, _ in results if env == "arithmetic") else 1
+    arithmetic_ok = all(r["reached"] for env, *_, r, _ in results if env == "arithmetic")
+    calculator_ok = all(
+        r["best"] - r["start"] >= CLEAR_GAIN for env, *_, r, _ in results if env == "calculator"
+    )
+    return 0 if arithmetic_ok and calculator_ok else 1
 
 
 if __name__ == "__main__":

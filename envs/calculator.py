@@ -23,6 +23,11 @@ from .tool_env import ToolEnv, ToolResult, tool
 
 __all__ = ["CalculatorEnv"]
 
+_SOLUTIONS = {  # the gold final answer's form, by solution_style
+    "worked": "The calculator gives {answer}, so the answer is $\\boxed{{{answer}}}$.",
+    "answer": "$\\boxed{{{answer}}}$",
+}
+
 
 class CalculatorEnv(ToolEnv):
     """Compute a large arithmetic expression exactly, with a calculator tool."""
@@ -37,11 +42,23 @@ class CalculatorEnv(ToolEnv):
         operations: str = "+-*",
         tool_parser: str = "hermes",
         max_turns: int = 4,
+        solution_style: str = "worked",
         **common: Any,
     ) -> None:
+        """``solution_style`` is the gold final answer's form: ``"worked"`` restates the tool's
+        result before boxing it; ``"answer"`` is the boxed result alone (a third of the tokens,
+        and one copy of the number instead of two)."""
+        if solution_style not in _SOLUTIONS:
+            raise ValueError(f"solution_style must be one of {sorted(_SOLUTIONS)}")
         self.digits, self.terms = digits, terms
+        self.solution_style = solution_style
         self.operations = check_expression_shape(digits, terms, operations)
-        config = {"digits": digits, "terms": terms, "operations": self.operations}
+        config = {
+            "digits": digits,
+            "terms": terms,
+            "operations": self.operations,
+            "solution_style": solution_style,
+        }
         super().__init__(config=config, tool_parser=tool_parser, max_turns=max_turns, **common)
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
@@ -54,7 +71,7 @@ class CalculatorEnv(ToolEnv):
             answer=answer,
             family="calculator",
             difficulty=self.digits * self.terms,
-            solution=f"The calculator gives {answer}, so the answer is $\\boxed{{{answer}}}$.",
+            solution=_SOLUTIONS[self.solution_style].format(answer=answer),
             data={"expression": expression},
         )
 

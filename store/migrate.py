@@ -23,8 +23,13 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(target: str | Engine, revision: str = "head") -> None:
-    """Migrate the database at ``target`` (URL or engine) to ``revision``."""
-    engine = make_engine(target) if isinstance(target, str) else target
+    """Migrate the database at ``target`` (URL or engine) to ``revision``.
+
+    From a URL, through a writer engine: on SQLite its ``BEGIN IMMEDIATE`` makes the whole
+    upgrade one transaction (SQLite's DDL is transactional), so an interrupted upgrade leaves
+    the old schema intact and two services starting together take turns.
+    """
+    engine = make_engine(target, writer=True) if isinstance(target, str) else target
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
         config.attributes["connection"] = connection

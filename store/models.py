@@ -16,7 +16,6 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
-    Index,
     Integer,
     String,
     Text,
@@ -61,24 +60,23 @@ class OutcomeRow(Base):
             f"(status IN ({_INFRA}) AND reward IS NULL) OR (status NOT IN ({_INFRA}) AND reward IS NOT NULL)",
             name="ck_outcome_reward_matches_status",
         ),
-        # Only the indexes the queries use: every index is another B-tree insert per outcome,
-        # and on this disk each one costs as much as the row itself (see migration 0003).
-        Index("ix_outcomes_run_status", "run_id", "status"),
-        Index("ix_outcomes_status", "status"),
     )
+    # Indexed: only what the queries filter on (run_id, status). Each index is one more B-tree
+    # insert per outcome (see migration 0003); in SQLite every index ends in the rowid, so
+    # (run_id) and (status) also serve paging by ``seq`` within a run or a status.
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     id: Mapped[str] = mapped_column(String(128), unique=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
     request_id: Mapped[str] = mapped_column(String(64))
-    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"))
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), index=True)
     task_id: Mapped[str | None] = mapped_column(String(256))
     reference: Mapped[str] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
     response_sha256: Mapped[str] = mapped_column(String(64))
     response_chars: Mapped[int] = mapped_column(Integer)
     extracted: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
     reward: Mapped[float | None] = mapped_column(Float)
     verifier: Mapped[str] = mapped_column(String(64))
     verifier_version: Mapped[str] = mapped_column(String(256))

@@ -120,6 +120,11 @@ class OutcomeWriter:
                 self._commit(jobs)
 
     def _commit(self, jobs: list[tuple[list[dict[str, Any]], Future]]) -> None:
+        # A future cancelled while queued (its request went away) is dropped unwritten: it
+        # was never acknowledged, and resolving a cancelled future would raise here.
+        jobs = [job for job in jobs if job[1].set_running_or_notify_cancel()]
+        if not jobs:
+            return
         rows = [row for job_rows, _ in jobs for row in job_rows]
         try:
             stored = self._retrying(rows)
@@ -180,8 +185,10 @@ class OutcomeWriter:
             # A plain executemany of INSERT ... ON CONFLICT DO NOTHING. Its row count says how
             # many rows went in; when that is all of them (the usual case) nothing is read back.
             # Otherwise some were retries or raced twins: read the recorded rows back. (RETURNING
-            # would name the rows that went in, but SQLite then needs one multi-row VALUES
-            # statement per batch: 1.6x the time per row here.)
+            # would name the rows that went in on every batch, at the price of a multi-row
+            # VALUES statement rendered and bound per batch; the common case needs no names.)
+            # (pysqlite and psycopg sum the rows each statement changed; a driver that reports
+            # less, e.g. psycopg2's last page only, just takes the read-back path.)
             count = conn.execute(self._insert_outcomes, rows).rowcount
             if count == len(rows):
                 recorded, inserted = rows, len(rows)

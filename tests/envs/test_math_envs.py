@@ -33,7 +33,9 @@ def test_instruction_off_shortens_the_prompt_and_keeps_the_task():
     obs_full, info_full = full.reset(seed=3)
     obs_bare, info_bare = bare.reset(seed=3)
     question = obs_bare["messages"][-1]["content"]
-    assert obs_full["messages"][-1]["content"] == question + " Put your final answer within \\boxed{}."
+    assert (
+        obs_full["messages"][-1]["content"] == question + " Put your final answer within \\boxed{}."
+    )
     assert question.startswith("Compute ") and question.endswith(".")
     assert info_full["task_id"] == info_bare["task_id"]  # the same task, worded shorter
     assert full.unwrapped.task.answer == bare.unwrapped.task.answer

@@ -161,3 +161,19 @@ def test_python_gold_programs_solve_every_family():
         assert info["status"] == "correct", env.unwrapped.task
         families.add(env.unwrapped.task.family)
     assert families == {"digit_sum", "primes", "fibonacci", "divisors", "collatz"}
+
+
+@pytest.mark.parametrize("style", ["worked", "answer"])
+def test_calculator_gold_trajectory_in_each_solution_style(style):
+    env = gym.make("forkgym/Calculator-v0", digits=2, terms=2, solution_style=style)
+    env.reset(seed=5)
+    _, reward, terminated, _, info = env.step(env.unwrapped.gold_action())
+    assert (reward, terminated, info["status"]) == (0.0, False, "tool_ok")
+    final = env.unwrapped.gold_action()
+    answer = env.unwrapped.task.answer
+    assert f"$\\boxed{{{answer}}}$" in final
+    assert (final == f"$\\boxed{{{answer}}}$") == (style == "answer")
+    _, reward, terminated, _, info = env.step(final)
+    assert (reward, terminated, info["status"]) == (1.0, True, "correct")
+    with pytest.raises(ValueError, match="solution_style"):
+        gym.make("forkgym/Calculator-v0", solution_style="essay")

@@ -76,6 +76,26 @@ def test_migration_matches_the_models_and_is_idempotent(url):
         assert MigrationContext.configure(conn).get_current_revision() == "0003"
 
 
+def test_upgrading_an_older_store_keeps_its_outcomes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, revision="0002")
+    engine = make_engine(url, writer=True)
+    with engine.begin() as conn:
+        conn.execute(insert(OutcomeRow), [row(1, run=None)])
+    upgrade(url)
+    con = sqlite3.connect(tmp_path / "old.db")
+    indexes = {
+        r[0]
+        for r in con.execute(
+            "select name from sqlite_master where type='index' and tbl_name='verification_outcomes'"
+            " and name like 'ix_%'"
+        )
+    }
+    assert indexes == {"ix_verification_outcomes_run_id", "ix_verification_outcomes_status"}
+    assert con.execute("select id from verification_outcomes").fetchall() == [("o1",)]
+    assert con.execute("pragma integrity_check").fetchone() == ("ok",)
+
+
 @pytest.mark.parametrize(
     ("status", "reward"), [("timeout", 0.0), ("error", 0.0), ("correct", None), ("bogus", 1.0)]
 )
@@ -132,6 +152,23 @@ def test_a_conflicting_request_fails_alone_and_records_nothing(url):
     ids = {r[0] for r in sqlite3.connect(path).execute("select id from verification_outcomes")}
     assert ids == {"o1", "o2", "o3", "o4"}  # o6 came with the conflict: not recorded
     assert writer.rows_written == 4
+
+
+def test_a_cancelled_submission_records_nothing_and_the_writer_carries_on(url):
+    writer = OutcomeWriter(make_engine(url, writer=True))
+    path = url.removeprefix("sqlite:///")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    first = writer.submit([row(1)])
+    time.sleep(0.3)
+    gone = writer.submit([row(2)])  # still queued behind the blocked transaction
+    assert gone.cancel()
+    blocker.execute("ROLLBACK")
+    assert [r["id"] for r in first.result(timeout=30)] == ["o1"]
+    assert [r["id"] for r in writer.submit([row(3)]).result(timeout=30)] == ["o3"]
+    writer.close()
+    ids = {r[0] for r in sqlite3.connect(path).execute("select id from verification_outcomes")}
+    assert ids == {"o1", "o3"}
 
 
 def test_several_writer_engines_never_hit_database_is_locked(url):
