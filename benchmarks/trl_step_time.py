@@ -14,9 +14,11 @@ in the same process, one after the other, on the same shape:
   (``instruction=False``: 17 tokens, chat template included), run before and after TRL,
   and once with the full 25-token prompt for reference.
 
-Both models start untrained, so every completion runs to the 8-token budget on both sides:
-the work per step is the same shape. Two warm-up steps, then the mean of ``--steps``.
-Needs TRL: ``pip install trl==1.16.0`` (not a forkgym dependency).
+Both models start untrained. forkgym's completions all run to the 8-token budget (its stop
+token is one of ~1,000); TRL's character model draws its end token often enough that about
+half its completions stop early (6.5 tokens on average), so TRL does a little less work per
+step. Two warm-up steps, then the mean of ``--steps``.
+Needs TRL, which only the ``bench`` extra installs (``pip install -e .[bench]``).
 Run: ``python benchmarks/trl_step_time.py [--steps N]``.
 """
 
@@ -168,7 +170,7 @@ def main() -> int:
     try:
         import trl
     except ImportError:
-        print("TRL is not installed: pip install trl==1.16.0", file=sys.stderr)
+        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

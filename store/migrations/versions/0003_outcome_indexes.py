@@ -1,8 +1,9 @@
 """Outcome indexes for the queries that exist, and no more.
 
 0001 indexed six single columns. Each index is one more B-tree insert per recorded outcome:
-on the 2-core CI machine (raw sqlite3, 64-row transactions, WAL, 600-character responses,
-median of 3) an outcome cost 104 us to insert under 0001's six indexes and 51 us under two.
+on the 2-core CI machine an outcome cost 68 us to insert under 0001's six indexes and 32 us
+under the two kept here (``python benchmarks/store_indexes.py``: bare sqlite3, 64-row
+transactions, WAL, 600-character responses, median of 3).
 The queries filter by run and by status and page by ``seq`` (the rowid, which ends every
 SQLite index), so ``run_id`` and ``status`` stay indexed; request, task, hash and time
 lookups are rare audits that may scan.
