@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from forkgym.store import Conflict, OutcomeWriter, find_outcomes, make_engine, upgrade
 from forkgym.store.models import utcnow
-from forkgym.store.writer import check_same
+from forkgym.store.writer import check_same, index_records, recorded_for
 from forkgym.verifiers import MathVerifier, Outcome
 
 from .config import ServiceConfig
@@ -105,15 +105,13 @@ class Recorder:
                 [items[i].id for i in which],  # type: ignore[misc]
                 [items[i].idempotency_key for i in which if items[i].idempotency_key],
             )
-        by_id = {row["id"]: row for row in known}
-        by_key = {row["idempotency_key"]: row for row in known if row["idempotency_key"]}
+        stored = index_records(known)
         found = {}
         for i in which:
-            item = items[i]
-            row = by_key.get(item.idempotency_key) if item.idempotency_key else None
-            row = row or by_id.get(item.id)  # type: ignore[arg-type]
+            submitted = {**vars(items[i]), "response_sha256": hashes[i]}
+            row = recorded_for(submitted, stored)
             if row is not None:
-                check_same(row, {**vars(item), "response_sha256": hashes[i]})
+                check_same(row, submitted)
                 found[i] = row
         return found
 

@@ -25,7 +25,14 @@ from sqlalchemy.exc import OperationalError
 
 from .models import OutcomeRow, RunRow, utcnow
 
-__all__ = ["Conflict", "OutcomeWriter", "StoreClosed", "check_same"]
+__all__ = [
+    "Conflict",
+    "OutcomeWriter",
+    "StoreClosed",
+    "check_same",
+    "index_records",
+    "recorded_for",
+]
 
 _STOP = object()
 _FIND = select(OutcomeRow.__table__).where(
@@ -191,7 +198,7 @@ class OutcomeWriter:
             # less, e.g. psycopg2's last page only, just takes the read-back path.)
             count = conn.execute(self._insert_outcomes, rows).rowcount
             if count == len(rows):
-                recorded, inserted = rows, len(rows)
+                stored, inserted = index_records(rows), len(rows)
             else:
                 ids = [row["id"] for row in rows]
                 keys = [row["idempotency_key"] for row in rows if row.get("idempotency_key")]
@@ -200,8 +207,7 @@ class OutcomeWriter:
                 ]
                 mine = {(row["id"], row["request_id"]) for row in rows}
                 inserted = sum((r["id"], r["request_id"]) in mine for r in recorded)
-            stored = _index(recorded)
-            if count != len(rows):
+                stored = index_records(recorded)
                 for row in rows:
                     check_same(_match(row, stored), row)
         self.commits += 1
@@ -209,7 +215,8 @@ class OutcomeWriter:
         return stored
 
 
-def _index(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def index_records(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Recorded rows by ``id:<id>`` and ``key:<idempotency key>``, for :func:`recorded_for`."""
     stored: dict[str, dict[str, Any]] = {}
     for record in records:
         stored[f"id:{record['id']}"] = record
@@ -239,8 +246,15 @@ def _matched(rows: list[dict[str, Any]], stored: dict[str, dict[str, Any]]) -> l
     return [_match(row, stored) for row in rows]
 
 
-def _match(row: dict[str, Any], stored: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def recorded_for(row: dict[str, Any], stored: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The recorded row for a submitted one: by idempotency key first, else by id."""
-    if row.get("idempotency_key") and f"key:{row['idempotency_key']}" in stored:
-        return stored[f"key:{row['idempotency_key']}"]
-    return stored[f"id:{row['id']}"]
+    key = row.get("idempotency_key")
+    return (stored.get(f"key:{key}") if key else None) or stored.get(f"id:{row['id']}")
+
+
+def _match(row: dict[str, Any], stored: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """:func:`recorded_for` of a row the transaction just wrote or found: always there."""
+    found = recorded_for(row, stored)
+    if found is None:
+        raise KeyError(row["id"])
+    return found
