@@ -381,9 +381,11 @@ class Trainer:
     # -- evaluation -----------------------------------------------------------------------------
 
     def evaluate(self) -> dict[str, float]:
+        """Held-out metrics, with the seconds they took as ``time/eval``."""
         from .evaluate import evaluate
 
-        return evaluate(
+        t0 = time.perf_counter()
+        out = evaluate(
             self.policy,
             self.tokenizer,
             self.make_env,
@@ -393,6 +395,7 @@ class Trainer:
             max_new_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
         )
+        return {**out, "time/eval": time.perf_counter() - t0}
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -81,6 +81,7 @@ def test_run_directory_holds_config_metrics_and_checkpoints(tmp_path, tiny_model
         assert key in metrics[1], key
     assert metrics[1]["loss/entropy"] > 0  # an untrained model is far from deterministic
     assert "eval_accuracy" in metrics[0] and "eval_pass@2" in metrics[2]
+    assert metrics[0]["time/eval"] > 0 and "time/eval" not in metrics[1]  # eval steps only
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
     state = json.loads((run / "checkpoints" / "step_0000002" / "trainer_state.json").read_text())
     assert state["step"] == 2

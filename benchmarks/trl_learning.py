@@ -1,0 +1,268 @@
+"""Both counts in one run: TRL's GRPOTrainer and forkgym from one warm start, same tasks.
+
+The issue quotes TRL 1.16's GRPOTrainer lifting a character-level model from 25% to 49.5%
+held-out greedy accuracy in 300 steps (K=8 x 8 prompts) at 0.24-0.27 s per step. That is
+another model, another prompt and another day's machine; this script makes the comparison
+here, on equal terms, and reports both counts (held-out accuracy gained in 300 steps, and
+seconds per step) for each trainer:
+
+* one warm start: the default tiny model after SFT on arithmetic demonstrations, to 20-50%
+  held-out greedy accuracy (built by ``benchmarks/learning.py``'s warm start, reused from
+  ``--work`` when it is there);
+* the same environment (``forkgym/Arithmetic-v0``, 2-digit addition, worked answers, prompts
+  without the format sentence), the same chat template, stop tokens and verifier: TRL gets the
+  env's chat messages as conversational prompts and a reward function that grades each
+  completion by stepping the env reset to that task;
+* the same tasks: TRL's dataset is exactly the task seeds forkgym's step ``s`` draws;
+* the same hyper-parameters: K=8, 8 prompts per step, at most 32 new tokens, temperature 1,
+  AdamW at a constant 1e-4 with betas (0.9, 0.99), gradient clipping at 1.0, no KL term, one
+  optimizer step per generation, the PPO-clip loss with token-mean reduction (TRL's default
+  ``dapo`` loss) and group-std-scaled advantages (TRL's default);
+* the same held-out evaluation (200 tasks, greedy) at steps 0, 100, 200 and 300; evaluation
+  time is left out of the seconds per step.
+
+forkgym runs GRPO (the same estimator as TRL) and RLOO, each for as long as TRL's 300 steps
+took in the same seed (evaluations included on both sides), so the table gives accuracy at
+step 300 (learning per step) and at TRL's wall-clock time (what the faster step buys). Per
+seed, each trainer starts from the same weights; the seed sets sampling (TRL's ``seed``,
+forkgym's ``seed``).
+Needs TRL (``pip install -e .[bench]``).
+Run: ``python benchmarks/trl_learning.py [--seeds 0 1 2] [--steps 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+from learning import ARITH_TOKENS, ARITHMETIC_SHORT, EVAL_EPISODES, EVAL_SEED, held_out, warm_start
+
+import forkgym.envs  # noqa: F401
+from forkgym.agents.config import TrainConfig
+from forkgym.agents.rollout import task_seeds
+from forkgym.agents.runlog import read_metrics
+from forkgym.agents.trainer import Trainer
+
+ENV = "forkgym/Arithmetic-v0"
+K, PROMPTS, LR, BETAS = 8, 8, 1e-4, (0.9, 0.99)
+
+
+def make_env():  # a gymnasium Env
+    return gym.make(ENV, **ARITHMETIC_SHORT)
+
+
+def trl_run(warm: Path, seed: int, steps: int, eval_every: int, out: str) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from forkgym.agents.models import load_policy_model
+
+    model, tokenizer = load_policy_model(warm)
+    env = make_env()
+    rows = []
+    for step in range(steps):
+        for task_seed in task_seeds(seed, "train", step, PROMPTS):
+            obs, _ = env.reset(seed=task_seed)
+            rows.append({"prompt": list(obs["messages"]), "task_seed": task_seed})
+    grader = make_env()
+
+    def env_reward(completions: list, task_seed: list[int], **_: object) -> list[float]:
+        rewards = []
+        for completion, s in zip(completions, task_seed, strict=True):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            grader.reset(seed=s)
+            rewards.append(float(grader.step(text)[1]))
+        return rewards
+
+    evals: dict[int, float] = {}
+    eval_s = 0.0
+    stamps: list[float] = []
+
+    def evaluate_now(step: int) -> None:
+        nonlocal eval_s
+        t0 = time.perf_counter()
+        evals[step] = held_out(model, tokenizer, ENV, ARITHMETIC_SHORT, ARITH_TOKENS)
+        eval_s += time.perf_counter() - t0
+        print(f"    TRL seed {seed} step {step}: held-out {evals[step]:.3f}", flush=True)
+
+    class Hooks(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            nonlocal eval_s
+            evaluate_now(0)
+            eval_s = 0.0  # the clock starts after the step-0 evaluation
+            stamps.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % eval_every == 0 or state.global_step == steps:
+                evaluate_now(state.global_step)
+
+    args = GRPOConfig(
+        output_dir=out,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=seed,
+        max_steps=steps,
+        per_device_train_batch_size=K * PROMPTS,
+        num_generations=K,
+        max_completion_length=ARITH_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=env_reward,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[Hooks()],
+    )
+    trainer.train()
+    wall = time.perf_counter() - stamps[0]
+    return {
+        "evals": evals,
+        "s_per_step": (wall - eval_s) / steps,  # evaluations left out
+        "wall": wall,  # evaluations included, as in forkgym's time budget
+        "steps": steps,
+    }
+
+
+def forkgym_run(
+    warm: Path,
+    estimator: str,
+    seed: int,
+    budget_s: float,
+    eval_every: int,
+    out: str,
+    **overrides: object,
+) -> dict:
+    """Train until ``budget_s`` of wall-clock time (evaluations included) has passed."""
+    config = TrainConfig(
+        model=str(warm),
+        env=ENV,
+        env_kwargs=ARITHMETIC_SHORT,
+        estimator=estimator,
+        seed=seed,
+        steps=1_000_000,
+        time_budget_s=budget_s,
+        prompts_per_step=PROMPTS,
+        k=K,
+        max_new_tokens=ARITH_TOKENS,
+        lr=LR,
+        betas=BETAS,
+        grad_clip=1.0,
+        eval_every=eval_every,
+        eval_episodes=EVAL_EPISODES,
+        eval_seed=EVAL_SEED,
+        eval_k=0,
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        out=out,
+        progress=False,
+        **overrides,
+    )
+    began = time.perf_counter()
+    Trainer(config).run()
+    wall = time.perf_counter() - began
+    rows = read_metrics(out)
+    evals = {m["step"]: m["eval_accuracy"] for m in rows if m.get("eval_accuracy") is not None}
+    for step, acc in evals.items():
+        print(f"    forkgym {estimator} seed {seed} step {step}: held-out {acc:.3f}", flush=True)
+    eval_s = sum(m.get("time/eval") or 0.0 for m in rows)
+    steps = rows[-1]["step"]
+    return {"evals": evals, "s_per_step": (wall - eval_s) / steps, "wall": wall, "steps": steps}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--estimators", nargs="+", default=["grpo", "rloo"])
+    parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
+    args = parser.parse_args()
+    try:
+        import trl
+    except ImportError:
+        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
+        return 2
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args.work.mkdir(parents=True, exist_ok=True)
+    warm, start, sft_tokens = warm_start(
+        args.work, ENV, ARITHMETIC_SHORT, ARITH_TOKENS, 0.20, 2_000_000
+    )
+    print(f"warm start: {start:.3f} held-out greedy accuracy after {sft_tokens:,} SFT tokens")
+    results: list[tuple[str, int, dict]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            name = f"TRL {trl.__version__} GRPOTrainer"
+            theirs = trl_run(warm, seed, args.steps, args.eval_every, f"{tmp}/trl{seed}")
+            results.append((name, seed, theirs))
+            for estimator in args.estimators:
+                r = forkgym_run(
+                    warm,
+                    estimator,
+                    seed,
+                    theirs["wall"],
+                    args.eval_every,
+                    f"{tmp}/{estimator}{seed}",
+                )
+                results.append((f"forkgym {estimator.upper()}", seed, r))
+    print(
+        f"\ntrl_learning  {ENV} 2-digit addition, K={K} x {PROMPTS} prompts, lr {LR:g} constant, "
+        f"{args.steps} steps, {EVAL_EPISODES} held-out tasks (greedy), torch threads={torch.get_num_threads()}"
+    )
+    marks = list(range(0, args.steps + 1, args.eval_every))
+    header = f"{'trainer':28} {'seed':>4} " + " ".join(f"{'@' + str(m):>6}" for m in marks)
+    header += f" {'gain@' + str(args.steps):>9} {'s/step':>7} {'in TRL time':>17}"
+    print(header)
+    print("-" * len(header))
+    for name, seed, r in results:
+        accs = " ".join(f"{r['evals'].get(m, float('nan')):>6.3f}" for m in marks)
+        gain = r["evals"].get(args.steps, float("nan")) - r["evals"][0]
+        timed = f"{r['evals'][r['steps']]:.3f} @{r['steps']} st"
+        print(f"{name:28} {seed:>4} {accs} {gain:>+9.3f} {r['s_per_step']:>7.3f} {timed:>17}")
+    print(
+        f"in TRL time: held-out accuracy once the run has trained for as long as TRL's "
+        f"{args.steps} steps took in the same seed (evaluations included in both), and the "
+        "steps it got through"
+    )
+    print()
+    for name in dict.fromkeys(n for n, _, _ in results):
+        runs = [r for n, _, r in results if n == name]
+        gains = [r["evals"].get(args.steps, float("nan")) - r["evals"][0] for r in runs]
+        timed = [r["evals"][r["steps"]] - r["evals"][0] for r in runs]
+        print(
+            f"{name:28} over {len(runs)} seeds: mean gain {statistics.mean(gains):+.3f} in "
+            f"{args.steps} steps, {statistics.mean(timed):+.3f} in TRL's time; "
+            f"mean s/step {statistics.mean(r['s_per_step'] for r in runs):.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
