@@ -5,7 +5,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["TimedVerifier"]
+__all__ = ["TRL_CPU_ARGS", "TimedVerifier"]
+
+# GRPOConfig settings every TRL baseline here shares: fp32 on the CPU, no logging, saving,
+# reporting, progress bar or dataloader workers inside the timed loop.
+TRL_CPU_ARGS: dict[str, Any] = {
+    "use_cpu": True,
+    "bf16": False,
+    "fp16": False,
+    "logging_steps": 10_000,
+    "save_strategy": "no",
+    "report_to": "none",
+    "disable_tqdm": True,
+    "dataloader_num_workers": 0,
+}
 
 
 class TimedVerifier:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
+from _common import TRL_CPU_ARGS
 from learning import ARITH_TOKENS, ARITHMETIC_SHORT, EVAL_EPISODES, EVAL_SEED, held_out, warm_start
 
 import forkgym.envs  # noqa: F401
@@ -107,9 +108,7 @@ def trl_run(warm: Path, seed: int, steps: int, eval_every: int, out: str) -> dic
 
     args = GRPOConfig(
         output_dir=out,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
+        **TRL_CPU_ARGS,
         seed=seed,
         max_steps=steps,
         per_device_train_batch_size=K * PROMPTS,
@@ -126,11 +125,6 @@ def trl_run(warm: Path, seed: int, steps: int, eval_every: int, out: str) -> dic
         beta=0.0,
         loss_type="dapo",
         scale_rewards="group",
-        logging_steps=10_000,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model,

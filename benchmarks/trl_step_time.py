@@ -35,6 +35,7 @@ import time
 import warnings
 
 import torch
+from _common import TRL_CPU_ARGS
 
 K, PROMPTS, NEW_TOKENS, SEED = 8, 8, 8, 0
 
@@ -96,9 +97,7 @@ def trl_seconds_per_step(steps: int, out: str) -> tuple[float, int]:
 
     args = GRPOConfig(
         output_dir=out,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
+        **TRL_CPU_ARGS,
         seed=SEED,
         max_steps=steps + 2,
         per_device_train_batch_size=K * PROMPTS,
@@ -106,11 +105,6 @@ def trl_seconds_per_step(steps: int, out: str) -> tuple[float, int]:
         max_completion_length=NEW_TOKENS,
         learning_rate=1e-4,
         beta=0.0,
-        logging_steps=10_000,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
     )
     trainer = GRPOTrainer(
         model=model,
