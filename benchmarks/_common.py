@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
+from types import ModuleType
 from typing import Any
 
-__all__ = ["TRL_CPU_ARGS", "TimedVerifier"]
+__all__ = ["TRL_CPU_ARGS", "TimedVerifier", "require_trl"]
 
 # GRPOConfig settings every TRL baseline here shares: fp32 on the CPU, no logging, saving,
 # reporting, progress bar or dataloader workers inside the timed loop.
@@ -19,6 +23,18 @@ TRL_CPU_ARGS: dict[str, Any] = {
     "disable_tqdm": True,
     "dataloader_num_workers": 0,
 }
+
+
+def require_trl() -> ModuleType | None:
+    """TRL, quietened for a timed run; None (with the install line on stderr) without it."""
+    try:
+        import trl
+    except ImportError:
+        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
+        return None
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return trl
 
 
 class TimedVerifier:

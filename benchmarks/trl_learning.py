@@ -33,17 +33,15 @@ Run: ``python benchmarks/trl_learning.py [--seeds 0 1 2] [--steps 300]``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import torch
-from _common import TRL_CPU_ARGS
+from _common import TRL_CPU_ARGS, require_trl
 from learning import ARITH_TOKENS, ARITHMETIC_SHORT, EVAL_EPISODES, EVAL_SEED, held_out, warm_start
 
 import forkgym.envs  # noqa: F401
@@ -151,7 +149,6 @@ def forkgym_run(
     budget_s: float,
     eval_every: int,
     out: str,
-    **overrides: object,
 ) -> dict:
     """Train until ``budget_s`` of wall-clock time (evaluations included) has passed."""
     config = TrainConfig(
@@ -176,7 +173,6 @@ def forkgym_run(
         keep_checkpoints=1,
         out=out,
         progress=False,
-        **overrides,
     )
     began = time.perf_counter()
     Trainer(config).run()
@@ -198,13 +194,9 @@ def main() -> int:
     parser.add_argument("--estimators", nargs="+", default=["grpo", "rloo"])
     parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
     args = parser.parse_args()
-    try:
-        import trl
-    except ImportError:
-        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
+    trl = require_trl()
+    if trl is None:
         return 2
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.work.mkdir(parents=True, exist_ok=True)
     warm, start, sft_tokens = warm_start(
         args.work, ENV, ARITHMETIC_SHORT, ARITH_TOKENS, 0.20, 2_000_000

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import random
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 
 import torch
-from _common import TRL_CPU_ARGS
+from _common import TRL_CPU_ARGS, require_trl
 
 K, PROMPTS, NEW_TOKENS, SEED = 8, 8, 8, 0
 
@@ -161,13 +159,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    try:
-        import trl
-    except ImportError:
-        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
+    trl = require_trl()
+    if trl is None:
         return 2
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with tempfile.TemporaryDirectory() as tmp:
         ours, our_params = forkgym_seconds_per_step(args.steps, f"{tmp}/a", instruction=False)
         theirs, their_params = trl_seconds_per_step(args.steps, f"{tmp}/trl")
