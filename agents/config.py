@@ -43,7 +43,11 @@ class TrainConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 32  # per assistant turn
-    lr: float = 1e-4  # the tiny default model; hub models want ~1e-6
+    lr: float = 1e-4  # the peak rate; the tiny default model; hub models want ~1e-6
+    lr_schedule: str = "constant"  # constant | linear | cosine (agents/schedules.py)
+    warmup_steps: int = 0  # linear ramp up to lr over the first steps
+    lr_decay_steps: int | None = None  # the decay ends here (None: at `steps`)
+    lr_final_ratio: float = 0.0  # the decay ends at lr * this
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
@@ -78,6 +82,13 @@ class TrainConfig:
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
             ("lr", self.lr > 0, "must be > 0"),
+            ("warmup_steps", self.warmup_steps >= 0, "must be >= 0"),
+            (
+                "lr_decay_steps",
+                self.lr_decay_steps is None or self.lr_decay_steps > self.warmup_steps,
+                "must be > warmup_steps",
+            ),
+            ("lr_final_ratio", 0 <= self.lr_final_ratio <= 1, "must be in [0, 1]"),
             ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
             ("minibatches", self.minibatches >= 1, "must be >= 1"),
             ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
@@ -89,12 +100,17 @@ class TrainConfig:
                 problems.append(f"{name}={getattr(self, name)!r} {why}")
         from .estimators import ESTIMATORS, GROUP_ESTIMATORS
         from .losses import LOSSES
+        from .schedules import LR_SCHEDULES
 
         if self.estimator not in ESTIMATORS:
             problems.append(f"estimator={self.estimator!r} is not one of {sorted(ESTIMATORS)}")
         elif self.estimator in GROUP_ESTIMATORS and self.k < 2:
             problems.append(
                 f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
+            )
+        if self.lr_schedule not in LR_SCHEDULES:
+            problems.append(
+                f"lr_schedule={self.lr_schedule!r} is not one of {sorted(LR_SCHEDULES)}"
             )
         if self.loss not in LOSSES:
             problems.append(f"loss={self.loss!r} is not one of {sorted(LOSSES)}")

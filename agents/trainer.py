@@ -37,6 +37,7 @@ from .reductions import build_normaliser
 from .rollout import Episode, RolloutBatch, Rollouts, request_seed, task_seeds
 from .runlog import RunLog
 from .sampling import GenerationLedger, groups_with_signal
+from .schedules import lr_factor
 
 __all__ = ["Trainer"]
 
@@ -216,6 +217,7 @@ class Trainer:
 
         t0 = time.perf_counter()
         self.timing = Counter()
+        lr = self._set_lr()
         loss_metrics, grad_norm, trained = self._update(train, adv) if train else ({}, 0.0, 0)
         time_update = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -244,6 +246,7 @@ class Trainer:
                 "accuracy": float(correct.float().mean()),
                 "tokens_trained": trained,
                 "grad_norm": grad_norm,
+                "lr": lr,
                 "reduction": self.reduction,
                 "weight_version": self.policy.weight_version,
                 "time/estimator": time_estimator,
@@ -255,6 +258,20 @@ class Trainer:
         )
         metrics["tokens_per_s"] = metrics["tokens_generated"] / metrics["time/step"]
         return metrics
+
+    def _set_lr(self) -> float:
+        """This step's learning rate, a function of the step alone (resumes exactly)."""
+        config = self.config
+        lr = config.lr * lr_factor(
+            config.lr_schedule,
+            self.step,
+            config.lr_decay_steps or config.steps,
+            config.warmup_steps,
+            config.lr_final_ratio,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
     def _update(
         self, episodes: list[Episode], advantages: list[float]

@@ -44,19 +44,22 @@ def comparable(metrics: list[dict]) -> list[dict]:
 
 
 def test_same_seed_same_metrics_and_a_resumed_run_matches(tmp_path, tiny_model_dir):
-    first = Trainer(config(tmp_path, tiny_model_dir, "a"))
+    # a decaying learning rate, fixed to end at step 4, so that the stopped run shares it
+    schedule = dict(lr=2e-4, lr_schedule="linear", lr_decay_steps=4, lr_final_ratio=0.5)
+    first = Trainer(config(tmp_path, tiny_model_dir, "a", **schedule))
     first.run()
-    second = Trainer(config(tmp_path, tiny_model_dir, "b"))
+    second = Trainer(config(tmp_path, tiny_model_dir, "b", **schedule))
     second.run()
     a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [m["step"] for m in a] == [0, 1, 2, 3]
     assert comparable(a) == comparable(b)
     assert a[-1]["tokens_trained"] > 0 and a[-1]["weight_version"] == 3
+    assert [m["lr"] for m in a[1:]] == pytest.approx([2e-4, 1.75e-4, 1.5e-4])
 
     # stop after step 2 (the checkpoint), then resume to step 3
-    partial = Trainer(config(tmp_path, tiny_model_dir, "c", steps=2))
+    partial = Trainer(config(tmp_path, tiny_model_dir, "c", steps=2, **schedule))
     partial.run()
-    resumed = Trainer(config(tmp_path, tiny_model_dir, "c", steps=3), resume=True)
+    resumed = Trainer(config(tmp_path, tiny_model_dir, "c", steps=3, **schedule), resume=True)
     assert resumed.step == 2
     resumed.run()
     assert comparable(read_metrics(tmp_path / "c")) == comparable(a)

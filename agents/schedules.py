@@ -1,0 +1,52 @@
+"""Learning-rate schedules: the factor on ``lr`` for each training step.
+
+A schedule is a pure function of the step, so a resumed run sets exactly the learning rate
+the uninterrupted run would have (nothing to checkpoint). Every optimizer step of one
+training step (PPO epochs, mini-batches) uses that step's rate. ``warmup_steps`` ramps
+linearly up to ``lr``; the decay then runs from ``lr`` to ``lr * lr_final_ratio`` over the
+steps left up to ``decay_steps`` (the run's ``steps`` by default) and stays there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+__all__ = ["LR_SCHEDULES", "lr_factor"]
+
+
+def _constant(progress: float) -> float:
+    return 1.0
+
+
+def _linear(progress: float) -> float:
+    return 1.0 - progress
+
+
+def _cosine(progress: float) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# decay shape: progress in [0, 1] after warm-up -> fraction of the way from final to peak
+LR_SCHEDULES: dict[str, Callable[[float], float]] = {
+    "constant": _constant,
+    "linear": _linear,
+    "cosine": _cosine,
+}
+
+
+def lr_factor(
+    schedule: str,
+    step: int,
+    decay_steps: int,
+    warmup_steps: int = 0,
+    final_ratio: float = 0.0,
+) -> float:
+    """The multiplier on the peak learning rate for training step ``step`` (0-based)."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule {schedule!r} is not one of {sorted(LR_SCHEDULES)}")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, decay_steps - warmup_steps))
+    shape = LR_SCHEDULES[schedule](progress)
+    return final_ratio + (1.0 - final_ratio) * shape
