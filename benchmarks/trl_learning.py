@@ -15,8 +15,9 @@ seconds per step) for each trainer:
   completion by stepping the env reset to that task;
 * the same tasks: TRL's dataset is exactly the task seeds forkgym's step ``s`` draws;
 * the same hyper-parameters: K=8, 8 prompts per step, at most 32 new tokens, temperature 1,
-  AdamW at a constant 1e-4 with betas (0.9, 0.99), gradient clipping at 1.0, no KL term, one
-  optimizer step per generation, the PPO-clip loss with token-mean reduction (TRL's default
+  AdamW at a constant 1e-4 (``--lr``, ``--lr-schedule``: both trainers; a linear or cosine
+  decay ends at ``--steps``, and so do forkgym's runs) with betas (0.9, 0.99), gradient
+  clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss with token-mean reduction (TRL's default
   ``dapo`` loss) and group-std-scaled advantages (TRL's default);
 * the same held-out evaluation (200 tasks, greedy) at steps 0, 100, 200 and 300; evaluation
   time is left out of the seconds per step.
@@ -26,13 +27,17 @@ took in the same seed (evaluations included on both sides), so the table gives a
 step 300 (learning per step) and at TRL's wall-clock time (what the faster step buys). Per
 seed, each trainer starts from the same weights; the seed sets sampling (TRL's ``seed``,
 forkgym's ``seed``).
-Needs TRL (``pip install -e .[bench]``).
+``--set KEY=VALUE`` (repeatable) changes forkgym's recipe, e.g. ``--set lr_schedule=linear
+--set lr=3e-4``; ``--skip-trl`` runs forkgym alone for ``--steps`` steps (the same runs, step
+for step, as beside TRL: a wall-clock budget only ends a run), for recipe sweeps.
+Needs TRL (``pip install -e .[bench]``) unless ``--skip-trl``.
 Run: ``python benchmarks/trl_learning.py [--seeds 0 1 2] [--steps 300]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -45,20 +50,22 @@ from _common import TRL_CPU_ARGS, require_trl
 from learning import ARITH_TOKENS, ARITHMETIC_SHORT, EVAL_EPISODES, EVAL_SEED, held_out, warm_start
 
 import forkgym.envs  # noqa: F401
-from forkgym.agents.config import TrainConfig
+from forkgym.agents.config import ConfigError, TrainConfig
 from forkgym.agents.rollout import task_seeds
 from forkgym.agents.runlog import read_metrics
 from forkgym.agents.trainer import Trainer
 
 ENV = "forkgym/Arithmetic-v0"
-K, PROMPTS, LR, BETAS = 8, 8, 1e-4, (0.9, 0.99)
+K, PROMPTS, BETAS = 8, 8, (0.9, 0.99)
 
 
 def make_env():  # a gymnasium Env
     return gym.make(ENV, **ARITHMETIC_SHORT)
 
 
-def trl_run(warm: Path, seed: int, steps: int, eval_every: int, out: str) -> dict:
+def trl_run(
+    warm: Path, seed: int, steps: int, eval_every: int, out: str, lr: float, schedule: str
+) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -114,8 +121,8 @@ def trl_run(warm: Path, seed: int, steps: int, eval_every: int, out: str) -> dic
         max_completion_length=ARITH_TOKENS,
         temperature=1.0,
         top_p=1.0,
-        learning_rate=LR,
-        lr_scheduler_type="constant",
+        learning_rate=lr,
+        lr_scheduler_type=schedule,  # transformers' linear and cosine match forkgym's
         adam_beta1=BETAS[0],
         adam_beta2=BETAS[1],
         weight_decay=0.0,
@@ -146,23 +153,30 @@ def forkgym_run(
     warm: Path,
     estimator: str,
     seed: int,
-    budget_s: float,
+    budget_s: float | None,
+    steps: int,
     eval_every: int,
     out: str,
+    lr: float,
+    schedule: str,
+    overrides: list[str],
 ) -> dict:
-    """Train until ``budget_s`` of wall-clock time (evaluations included) has passed."""
-    config = TrainConfig(
+    """Train until ``budget_s`` of wall-clock time (evaluations included) has passed, or for
+    ``steps`` steps without a budget or with a decaying learning rate (whose decay ends at
+    ``steps``); ``overrides`` (``key=value``) change the recipe."""
+    values = dict(
         model=str(warm),
         env=ENV,
         env_kwargs=ARITHMETIC_SHORT,
         estimator=estimator,
         seed=seed,
-        steps=1_000_000,
+        steps=steps if budget_s is None else 1_000_000,
         time_budget_s=budget_s,
         prompts_per_step=PROMPTS,
         k=K,
         max_new_tokens=ARITH_TOKENS,
-        lr=LR,
+        lr=lr,
+        lr_schedule=schedule,
         betas=BETAS,
         grad_clip=1.0,
         eval_every=eval_every,
@@ -174,6 +188,9 @@ def forkgym_run(
         out=out,
         progress=False,
     )
+    config = TrainConfig.load(None, overrides, **values)
+    if config.lr_schedule != "constant":  # the decay ends at `steps`, and so does the run
+        config = dataclasses.replace(config, steps=steps)
     began = time.perf_counter()
     Trainer(config).run()
     wall = time.perf_counter() - began
@@ -193,10 +210,32 @@ def main() -> int:
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--estimators", nargs="+", default=["grpo", "rloo"])
     parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
+    parser.add_argument("--lr", type=float, default=1e-4, help="peak rate, both trainers")
+    parser.add_argument(
+        "--lr-schedule",
+        choices=["constant", "linear", "cosine"],
+        default="constant",
+        help="both trainers; a decay ends at --steps",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a forkgym TrainConfig override (repeatable)",
+    )
+    parser.add_argument("--skip-trl", action="store_true", help="forkgym alone, for --steps steps")
     args = parser.parse_args()
-    trl = require_trl()
-    if trl is None:
-        return 2
+    try:  # a bad override fails now, not after the warm start
+        TrainConfig.load(None, args.overrides)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    trl = None
+    if not args.skip_trl:
+        trl = require_trl()
+        if trl is None:
+            return 2
     args.work.mkdir(parents=True, exist_ok=True)
     warm, start, sft_tokens = warm_start(
         args.work, ENV, ARITHMETIC_SHORT, ARITH_TOKENS, 0.20, 2_000_000
@@ -205,48 +244,72 @@ def main() -> int:
     results: list[tuple[str, int, dict]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            name = f"TRL {trl.__version__} GRPOTrainer"
-            theirs = trl_run(warm, seed, args.steps, args.eval_every, f"{tmp}/trl{seed}")
-            results.append((name, seed, theirs))
+            budget = None
+            if trl is not None:
+                name = f"TRL {trl.__version__} GRPOTrainer"
+                theirs = trl_run(
+                    warm,
+                    seed,
+                    args.steps,
+                    args.eval_every,
+                    f"{tmp}/trl{seed}",
+                    args.lr,
+                    args.lr_schedule,
+                )
+                results.append((name, seed, theirs))
+                budget = theirs["wall"]
             for estimator in args.estimators:
                 r = forkgym_run(
                     warm,
                     estimator,
                     seed,
-                    theirs["wall"],
+                    budget,
+                    args.steps,
                     args.eval_every,
                     f"{tmp}/{estimator}{seed}",
+                    args.lr,
+                    args.lr_schedule,
+                    args.overrides,
                 )
                 results.append((f"forkgym {estimator.upper()}", seed, r))
     print(
-        f"\ntrl_learning  {ENV} 2-digit addition, K={K} x {PROMPTS} prompts, lr {LR:g} constant, "
+        f"\ntrl_learning  {ENV} 2-digit addition, K={K} x {PROMPTS} prompts, lr {args.lr:g} {args.lr_schedule}, "
         f"{args.steps} steps, {EVAL_EPISODES} held-out tasks (greedy), torch threads={torch.get_num_threads()}"
     )
+    if args.overrides:
+        print(f"forkgym's recipe differs from that by: {' '.join(args.overrides)}")
     marks = list(range(0, args.steps + 1, args.eval_every))
+    timed_col = trl is not None  # accuracy in TRL's wall-clock time needs TRL's runs
     header = f"{'trainer':28} {'seed':>4} " + " ".join(f"{'@' + str(m):>6}" for m in marks)
-    header += f" {'gain@' + str(args.steps):>9} {'s/step':>7} {'in TRL time':>17}"
+    header += f" {'gain@' + str(args.steps):>9} {'s/step':>7}"
+    header += f" {'in TRL time':>17}" if timed_col else ""
     print(header)
     print("-" * len(header))
     for name, seed, r in results:
         accs = " ".join(f"{r['evals'].get(m, float('nan')):>6.3f}" for m in marks)
         gain = r["evals"].get(args.steps, float("nan")) - r["evals"][0]
-        timed = f"{r['evals'][r['steps']]:.3f} @{r['steps']} st"
-        print(f"{name:28} {seed:>4} {accs} {gain:>+9.3f} {r['s_per_step']:>7.3f} {timed:>17}")
-    print(
-        f"in TRL time: held-out accuracy once the run has trained for as long as TRL's "
-        f"{args.steps} steps took in the same seed (evaluations included in both), and the "
-        "steps it got through"
-    )
+        line = f"{name:28} {seed:>4} {accs} {gain:>+9.3f} {r['s_per_step']:>7.3f}"
+        if timed_col:
+            line += f" {r['evals'][r['steps']]:.3f} @{r['steps']} st".rjust(18)
+        print(line)
+    if timed_col:
+        print(
+            f"in TRL time: held-out accuracy once the run has trained for as long as TRL's "
+            f"{args.steps} steps took in the same seed (evaluations included in both), and the "
+            "steps it got through"
+        )
     print()
     for name in dict.fromkeys(n for n, _, _ in results):
         runs = [r for n, _, r in results if n == name]
         gains = [r["evals"].get(args.steps, float("nan")) - r["evals"][0] for r in runs]
-        timed = [r["evals"][r["steps"]] - r["evals"][0] for r in runs]
-        print(
+        summary = (
             f"{name:28} over {len(runs)} seeds: mean gain {statistics.mean(gains):+.3f} in "
-            f"{args.steps} steps, {statistics.mean(timed):+.3f} in TRL's time; "
-            f"mean s/step {statistics.mean(r['s_per_step'] for r in runs):.3f}"
+            f"{args.steps} steps"
         )
+        if timed_col:
+            timed = [r["evals"][r["steps"]] - r["evals"][0] for r in runs]
+            summary += f", {statistics.mean(timed):+.3f} in TRL's time"
+        print(f"{summary}; mean s/step {statistics.mean(r['s_per_step'] for r in runs):.3f}")
     return 0
 
 
