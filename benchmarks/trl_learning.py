@@ -208,7 +208,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--estimators", nargs="+", default=["grpo", "rloo"])
+    parser.add_argument("--estimators", nargs="*", default=["grpo", "rloo"], help="none: TRL alone")
     parser.add_argument("--work", type=Path, default=Path("runs/bench-learning"))
     parser.add_argument("--lr", type=float, default=1e-4, help="peak rate, both trainers")
     parser.add_argument(
@@ -227,6 +227,8 @@ def main() -> int:
     )
     parser.add_argument("--skip-trl", action="store_true", help="forkgym alone, for --steps steps")
     args = parser.parse_args()
+    if args.skip_trl and not args.estimators:
+        parser.error("--skip-trl with no --estimators leaves nothing to run")
     try:  # a bad override fails now, not after the warm start
         TrainConfig.load(None, args.overrides)
     except ConfigError as exc:
