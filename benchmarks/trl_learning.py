@@ -17,8 +17,9 @@ seconds per step) for each trainer:
 * the same hyper-parameters: K=8, 8 prompts per step, at most 32 new tokens, temperature 1,
   AdamW at a constant 1e-4 (``--lr``, ``--lr-schedule``: both trainers; a linear or cosine
   decay ends at ``--steps``, and so do forkgym's runs) with betas (0.9, 0.99), gradient
-  clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss with token-mean reduction (TRL's default
-  ``dapo`` loss) and group-std-scaled advantages (TRL's default);
+  clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss with
+  token-mean reduction (TRL's default ``dapo`` loss) and group-std-scaled advantages (TRL's
+  default);
 * the same held-out evaluation (200 tasks, greedy) at steps 0, 100, 200 and 300; evaluation
   time is left out of the seconds per step.
 
