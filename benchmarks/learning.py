@@ -55,6 +55,15 @@ CALC_TOKENS = 40  # per turn: the tool call is 29 tokens, the boxed answer 9-10
 CLEAR_GAIN = 0.10
 EVAL_EPISODES = 200
 EVAL_SEED = 10_000
+# every benchmark training run: greedy accuracy on the same held-out tasks, one final checkpoint
+HELD_OUT_RUN = {
+    "eval_episodes": EVAL_EPISODES,
+    "eval_seed": EVAL_SEED,
+    "eval_k": 0,
+    "checkpoint_every": 0,
+    "keep_checkpoints": 1,
+    "progress": False,
+}
 GAIN = 0.30
 
 
@@ -145,13 +154,8 @@ def train(
         max_new_tokens=max_new_tokens,
         lr=1e-4,
         eval_every=eval_every,
-        eval_episodes=EVAL_EPISODES,
-        eval_seed=EVAL_SEED,
-        eval_k=0,
-        checkpoint_every=0,
-        keep_checkpoints=1,
         out=str(out),
-        progress=False,
+        **HELD_OUT_RUN,
     )
     began = time.perf_counter()
     reached: dict = {}

@@ -48,7 +48,14 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 from _common import TRL_CPU_ARGS, require_trl
-from learning import ARITH_TOKENS, ARITHMETIC_SHORT, EVAL_EPISODES, EVAL_SEED, held_out, warm_start
+from learning import (
+    ARITH_TOKENS,
+    ARITHMETIC_SHORT,
+    EVAL_EPISODES,
+    HELD_OUT_RUN,
+    held_out,
+    warm_start,
+)
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.config import ConfigError, TrainConfig
@@ -181,13 +188,8 @@ def forkgym_run(
         betas=BETAS,
         grad_clip=1.0,
         eval_every=eval_every,
-        eval_episodes=EVAL_EPISODES,
-        eval_seed=EVAL_SEED,
-        eval_k=0,
-        checkpoint_every=0,
-        keep_checkpoints=1,
         out=out,
-        progress=False,
+        **HELD_OUT_RUN,
     )
     config = TrainConfig.load(None, overrides, **values)
     if config.lr_schedule != "constant":  # the decay ends at `steps`, and so does the run
