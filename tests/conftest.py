@@ -28,3 +28,32 @@ def tiny_model_dir(tmp_path_factory):
     from forkgym.agents.models import init_model
 
     return init_model(tmp_path_factory.mktemp("tiny-model") / "model", corpus_seeds=8)
+
+
+# 1-digit sums, short prompts, compact answers: what the warm model below was trained on.
+WARM_ENV_KWARGS = {
+    "system_prompt": None,
+    "operations": "+",
+    "digits": 1,
+    "solution_style": "compact",
+    "instruction": False,
+}
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model after 16k tokens of SFT on 1-digit sums (~20% greedy accuracy, a few
+    seconds): rollouts of it mix right and wrong answers, so advantages and updates are not
+    all zero, which an untrained model's are."""
+    from forkgym.agents.sft import sft
+
+    out = tmp_path_factory.mktemp("warm-model") / "model"
+    sft(
+        str(tiny_model_dir),
+        "forkgym/Arithmetic-v0",
+        tokens=16_000,
+        out=out,
+        batch_size=16,
+        env_kwargs=WARM_ENV_KWARGS,
+    )
+    return out
