@@ -106,7 +106,7 @@ def differences(expected: Any, actual: Any, exact: bool, where: str = "") -> lis
                 out += differences(expected[key], actual[key], exact, f"{where}/{key}")
         return out
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, exact, f"{where}[{i}]")]  # fmt: skip
+        return [d for i, (e, a) in enumerate(zip(expected, actual, strict=True)) for d in differences(e, a, exact, f"{where}[{i}]")]  # fmt: skip
     floats = isinstance(expected, float) or isinstance(actual, float)
     if floats and not exact and isinstance(expected, (int, float)) and isinstance(actual, (int, float)):  # fmt: skip
         same = math.isclose(expected, actual, rel_tol=1e-4, abs_tol=1e-9)
@@ -123,7 +123,9 @@ def test_metrics_equal_the_recorded_run(tmp_path, warm_model_dir):
     exact = golden["warm_model_sha256"] == weights_hash(warm_model_dir)
     now = run_all(warm_model_dir, tmp_path, WARM_ENV_KWARGS)
     problems = differences(golden["runs"], now, exact)
-    assert not problems, f"{len(problems)} differences (exact={exact}):\n" + "\n".join(problems[:40])
+    assert not problems, f"{len(problems)} differences (exact={exact}):\n" + "\n".join(
+        problems[:40]
+    )
 
 
 def _record() -> None:  # pragma: no cover - run by hand
@@ -144,7 +146,10 @@ def _record() -> None:  # pragma: no cover - run by hand
         GOLDEN.write_text(
             json.dumps(
                 {
-                    "recorded_with": {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()},  # fmt: skip
+                    "recorded_with": {
+                        "torch": torch.__version__,
+                        "cpu": torch.backends.cpu.get_cpu_capability(),
+                    },
                     "warm_model_sha256": weights_hash(warm),
                     "runs": runs,
                 },
