@@ -98,13 +98,13 @@ class TrainConfig:
         ):
             if not ok:
                 problems.append(f"{name}={getattr(self, name)!r} {why}")
-        from .estimators import ESTIMATORS, GROUP_ESTIMATORS
+        from .estimators import ESTIMATORS
         from .losses import LOSSES
         from .schedules import LR_SCHEDULES
 
         if self.estimator not in ESTIMATORS:
             problems.append(f"estimator={self.estimator!r} is not one of {sorted(ESTIMATORS)}")
-        elif self.estimator in GROUP_ESTIMATORS and self.k < 2:
+        elif getattr(ESTIMATORS[self.estimator], "needs_group", False) and self.k < 2:
             problems.append(
                 f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
             )
@@ -120,8 +120,10 @@ class TrainConfig:
 
     @property
     def needs_greedy(self) -> bool:
-        """ReMax's baseline is one greedy branch per task."""
-        return self.estimator == "remax"
+        """Whether the estimator declares that it needs one greedy branch per task (ReMax)."""
+        from .estimators import ESTIMATORS
+
+        return bool(getattr(ESTIMATORS[self.estimator], "needs_greedy", False))
 
     # -- files and overrides ---------------------------------------------------------------
 

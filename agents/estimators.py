@@ -2,7 +2,13 @@
 
 One signature for every estimator (DESIGN.md S11)::
 
-    adv, stats = get_estimator("rloo")(rewards, valid=None, greedy=None, greedy_valid=None)
+    adv, stats = get_estimator("rloo")(rewards, valid)
+    adv, stats = get_estimator("remax")(rewards, valid, greedy=g, greedy_valid=gv)
+
+An estimator declares what it needs as class attributes of its registered class:
+``needs_group`` (K >= 2 rollouts of each task) and ``needs_greedy`` (one greedy branch per
+task, passed as ``greedy`` and ``greedy_valid`` ``[P]``). The trainer reads them, so an
+estimator registered by a user gets its greedy branches without any other change.
 
 ``rewards[p, k]`` is the reward of the k-th sampled response to prompt p; ``valid[p, k]`` is
 False where the verifier or environment failed (``timeout``/``error``: no reward exists, the
@@ -32,16 +38,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 import torch
 
+from forkgym.registry import Registry
 from forkgym.verifiers import Outcome, Status
 
 __all__ = [
     "ESTIMATORS",
-    "GROUP_ESTIMATORS",
     "Estimator",
+    "GroupRewards",
     "get_estimator",
     "register_estimator",
     "rewards_from_outcomes",
@@ -50,43 +57,17 @@ __all__ = [
 
 Stats = dict[str, float]
 
-
-class Estimator(Protocol):
-    """The one estimator signature (see the module docstring)."""
-
-    def __call__(
-        self,
-        rewards: torch.Tensor,
-        valid: torch.Tensor | None = None,
-        greedy: torch.Tensor | None = None,
-        greedy_valid: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, Stats]: ...
-
-
-ESTIMATORS: dict[str, Callable[..., Estimator]] = {}
-GROUP_ESTIMATORS: frozenset[str] = frozenset({"rloo", "grpo", "dr_grpo", "grpo_batch_std"})
+ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("estimator", name_attribute="name")
 
 
 def register_estimator(name: str) -> Callable[[type], type]:
     """Class decorator: ``get_estimator(name, **config)`` builds ``cls(**config)``."""
-
-    def decorate(cls: type) -> type:
-        if name in ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = cls
-        cls.name = name
-        return cls
-
-    return decorate
+    return ESTIMATORS.register(name)
 
 
 def get_estimator(name: str, **config: Any) -> Estimator:
     """Build the estimator registered as ``name`` with its keyword configuration."""
-    try:
-        factory = ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; registered: {sorted(ESTIMATORS)}") from None
-    return factory(**config)
+    return ESTIMATORS.build(name, **config)
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,8 +106,12 @@ def _check_rectangular(rows: Sequence[Sequence[Any]]) -> None:
 
 
 @dataclass(frozen=True)
-class _Groups:
-    """Masked per-group statistics of one batch; every field is float64 or bool."""
+class GroupRewards:
+    """Masked per-group statistics of one batch, what an estimator computes from.
+
+    Every tensor is float64 or bool. ``greedy`` and ``greedy_valid`` (``[P]``) are the greedy
+    branch's rewards (0 where it failed) and validity, present when the caller passed them.
+    """
 
     r: torch.Tensor  # [P, K] rewards, invalid entries replaced by 0
     valid: torch.Tensor  # [P, K]
@@ -136,6 +121,8 @@ class _Groups:
     all_equal: torch.Tensor  # [P] >= 1 valid member and max == min exactly
     filled: torch.Tensor  # [P] >= 2 valid members
     out_dtype: torch.dtype
+    greedy: torch.Tensor | None = None  # [P] the greedy branch's rewards, 0 where it failed
+    greedy_valid: torch.Tensor | None = None  # [P]
 
     @property
     def signal(self) -> torch.Tensor:
@@ -144,8 +131,15 @@ class _Groups:
 
 
 def _prepare(
-    rewards: torch.Tensor, valid: torch.Tensor | None, *, need_group: bool, name: str
-) -> _Groups:
+    rewards: torch.Tensor,
+    valid: torch.Tensor | None,
+    greedy: torch.Tensor | None,
+    greedy_valid: torch.Tensor | None,
+    *,
+    need_group: bool,
+    need_greedy: bool,
+    name: str,
+) -> GroupRewards:
     if not isinstance(rewards, torch.Tensor) or not rewards.is_floating_point():
         raise TypeError(f"rewards must be a floating-point tensor, got {type(rewards).__name__}")
     if rewards.ndim != 2:
@@ -178,7 +172,10 @@ def _prepare(
     mean = total / n.clamp(min=1.0)
     hi = torch.where(valid, r, -math.inf).amax(1)
     lo = torch.where(valid, r, math.inf).amin(1)
-    return _Groups(
+    b = gv = None
+    if need_greedy:
+        b, gv = _prepare_greedy(greedy, greedy_valid, rows=r.size(0), name=name, device=r.device)
+    return GroupRewards(
         r=r,
         valid=valid,
         n=n,
@@ -187,10 +184,39 @@ def _prepare(
         all_equal=(n >= 1) & (hi == lo),
         filled=n >= 2,
         out_dtype=torch.promote_types(rewards.dtype, torch.float32),
+        greedy=b,
+        greedy_valid=gv,
     )
 
 
-def _stats(g: _Groups, adv: torch.Tensor, extra: dict[str, torch.Tensor | float]) -> Stats:
+def _prepare_greedy(
+    greedy: torch.Tensor | None,
+    greedy_valid: torch.Tensor | None,
+    *,
+    rows: int,
+    name: str,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards [P] float64, 0 where invalid; valid [P])`` of the greedy branches."""
+    if greedy is None:
+        raise ValueError(f"{name} needs the greedy branch's rewards: greedy=[P] tensor")
+    b = greedy.detach().to(device=device, dtype=torch.float64).reshape(-1)
+    if b.numel() != rows:
+        raise ValueError(f"greedy has {b.numel()} entries for {rows} prompts")
+    if greedy_valid is None:
+        if torch.isnan(b).any():
+            raise ValueError("greedy rewards contain NaN but no greedy_valid mask was given")
+        gv = torch.ones_like(b, dtype=torch.bool)
+    else:
+        gv = greedy_valid.detach().to(device=b.device, dtype=torch.bool).reshape(-1)
+        if gv.numel() != b.numel():
+            raise ValueError("greedy_valid must have one entry per prompt")
+    if not torch.isfinite(b[gv]).all():
+        raise ValueError("a valid greedy entry has a non-finite reward")
+    return torch.where(gv, b, 0.0), gv
+
+
+def _stats(g: GroupRewards, adv: torch.Tensor, extra: dict[str, torch.Tensor | float]) -> Stats:
     """Counts and moments over valid entries (invalid advantages are exactly 0, so plain sums
     over ``adv`` are sums over valid entries); one host sync for every tensor-valued entry."""
     n_valid = g.n.sum()
@@ -223,11 +249,20 @@ def _stats(g: _Groups, adv: torch.Tensor, extra: dict[str, torch.Tensor | float]
 # Estimators
 
 
-class _Base:
-    """Validation, float64 preparation, masking and stats around ``_advantages``."""
+class Estimator:
+    """The base of every estimator: validation, float64 preparation, masking and stats.
+
+    A subclass implements :meth:`compute` and declares what it needs from the rollouts, as
+    class attributes the trainer reads (never a check of the estimator's name):
+
+    * ``needs_group``: it compares the rollouts of one task, so K >= 2 (refused otherwise);
+    * ``needs_greedy``: it needs one greedy branch per task, passed as ``greedy`` and
+      ``greedy_valid`` (the trainer collects those branches only for such estimators).
+    """
 
     name = "base"
-    group = False  # True: compares rollouts of one prompt, K >= 2 required
+    needs_group: ClassVar[bool] = False
+    needs_greedy: ClassVar[bool] = False
 
     def __call__(
         self,
@@ -236,28 +271,36 @@ class _Base:
         greedy: torch.Tensor | None = None,
         greedy_valid: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Stats]:
-        g = _prepare(rewards, valid, need_group=self.group, name=self.name)
-        adv, extra = self._advantages(g, greedy, greedy_valid)
+        g = _prepare(
+            rewards,
+            valid,
+            greedy,
+            greedy_valid,
+            need_group=self.needs_group,
+            need_greedy=self.needs_greedy,
+            name=self.name,
+        )
+        adv, extra = self.compute(g)
         adv = torch.where(g.valid, adv, 0.0)  # invalid entries: exactly 0, NaN-safe
         stats = _stats(g, adv, extra)
         return adv.to(g.out_dtype), stats
 
-    def _advantages(
-        self, g: _Groups, greedy: torch.Tensor | None, greedy_valid: torch.Tensor | None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
+    def compute(self, g: GroupRewards) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
+        """Advantages ``[P, K]`` (any value at invalid entries: they are zeroed) and extra
+        stats (0-d tensors or floats)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
-def _batch_mean(g: _Groups) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch_mean(g: GroupRewards) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean of all valid rewards of the batch, number of valid rewards)."""
     count = g.n.sum()
     return g.total.sum() / count.clamp(min=1.0), count
 
 
-def _batch_constant(g: _Groups) -> torch.Tensor:
+def _batch_constant(g: GroupRewards) -> torch.Tensor:
     """True when every valid reward of the whole batch is the same number (exactly)."""
     vals = g.r[g.valid]
     if vals.numel() == 0:
@@ -266,15 +309,15 @@ def _batch_constant(g: _Groups) -> torch.Tensor:
 
 
 @register_estimator("reinforce")
-class Reinforce(_Base):
+class Reinforce(Estimator):
     """No baseline: A = R. Unbiased and high-variance (S1 with b = 0)."""
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         return g.r, {}
 
 
 @register_estimator("reinforce_mean")
-class ReinforceMean(_Base):
+class ReinforceMean(Estimator):
     """A = R - mean of the whole batch, the mean INCLUDING R itself.
 
     Flagged (S2): a self-including mean depends on the current action, so it is not an
@@ -284,7 +327,7 @@ class ReinforceMean(_Base):
     as a default. A batch whose valid rewards are all equal gets exact zeros.
     """
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         mean, count = _batch_mean(g)
         adv = torch.where(_batch_constant(g), 0.0, g.r - mean)
         scale = torch.where(count > 0, (count - 1) / count.clamp(min=1), 0.0)
@@ -292,7 +335,7 @@ class ReinforceMean(_Base):
 
 
 @register_estimator("reinforce_ema")
-class ReinforceEMA(_Base):
+class ReinforceEMA(Estimator):
     """A = R - b, where b is an exponential moving average of EARLIER batches' mean reward.
 
     The baseline used for a batch is read before that batch is seen and updated only after
@@ -312,7 +355,7 @@ class ReinforceEMA(_Base):
         self.baseline: float | None = None
         self.batches = 0
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         used = self.init if self.baseline is None else self.baseline
         adv = g.r - used
         mean, count = _batch_mean(g)
@@ -336,7 +379,7 @@ class ReinforceEMA(_Base):
 
 
 @register_estimator("remax")
-class ReMax(_Base):
+class ReMax(Estimator):
     """A = R(sampled) - R(greedy), the greedy branch started from the same state (S3).
 
     The baseline is one deterministic rollout per prompt, independent of the sampled actions;
@@ -345,23 +388,10 @@ class ReMax(_Base):
     baseline: its advantages are 0 and it is counted in ``greedy_invalid``. K = 1 is fine.
     """
 
-    def _advantages(self, g, greedy, greedy_valid):
-        if greedy is None:
-            raise ValueError("remax needs the greedy branch's rewards: greedy=[P] tensor")
-        b = greedy.detach().to(device=g.r.device, dtype=torch.float64).reshape(-1)
-        if b.numel() != g.r.size(0):
-            raise ValueError(f"greedy has {b.numel()} entries for {g.r.size(0)} prompts")
-        if greedy_valid is None:
-            if torch.isnan(b).any():
-                raise ValueError("greedy rewards contain NaN but no greedy_valid mask was given")
-            gv = torch.ones_like(b, dtype=torch.bool)
-        else:
-            gv = greedy_valid.detach().to(device=b.device, dtype=torch.bool).reshape(-1)
-            if gv.numel() != b.numel():
-                raise ValueError("greedy_valid must have one entry per prompt")
-        if not torch.isfinite(b[gv]).all():
-            raise ValueError("a valid greedy entry has a non-finite reward")
-        b = torch.where(gv, b, 0.0)
+    needs_greedy = True
+
+    def compute(self, g):
+        b, gv = g.greedy, g.greedy_valid
         adv = torch.where(gv[:, None], g.r - b[:, None], 0.0)
         return adv, {
             "greedy_invalid": (~gv).sum(),
@@ -370,35 +400,35 @@ class ReMax(_Base):
 
 
 @register_estimator("rloo")
-class RLOO(_Base):
+class RLOO(Estimator):
     """A_i = R_i - mean_{j != i} R_j over the valid members of the group (S5).
 
     The baseline excludes the response it is applied to, so it is action-independent.
     """
 
-    group = True
+    needs_group = True
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         others = (g.total[:, None] - g.r) / (g.n[:, None] - 1).clamp(min=1.0)
         return torch.where(g.signal[:, None], g.r - others, 0.0), {}
 
 
 @register_estimator("dr_grpo")
-class DrGRPO(_Base):
+class DrGRPO(Estimator):
     """A_i = R_i - mean_j R_j: centering only, no std division (Dr. GRPO, S15).
 
     Equal to (n-1)/n times RLOO for a group of n valid members (S6). The length side of
     Dr. GRPO is the ``dr_grpo_constant`` reduction, not this estimator.
     """
 
-    group = True
+    needs_group = True
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         return torch.where(g.signal[:, None], g.r - g.mean[:, None], 0.0), {}
 
 
 @register_estimator("grpo")
-class GRPO(_Base):
+class GRPO(Estimator):
     """A_i = (R_i - mean) / std with the population std over valid members (S7).
 
     Following the seed's reference, the division is by ``std`` itself and a group whose std is
@@ -408,14 +438,14 @@ class GRPO(_Base):
     action-independent baseline: the std reweights prompts by their reward dispersion.
     """
 
-    group = True
+    needs_group = True
 
     def __init__(self, eps: float = 1e-6) -> None:
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         self.eps = float(eps)
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         centered = torch.where(g.valid, g.r - g.mean[:, None], 0.0)
         std = (centered.square().sum(1) / g.n.clamp(min=1.0)).sqrt()
         keep = g.signal & (std > self.eps)
@@ -427,7 +457,7 @@ class GRPO(_Base):
 
 
 @register_estimator("grpo_batch_std")
-class GRPOBatchStd(_Base):
+class GRPOBatchStd(Estimator):
     """A_i = (R_i - group mean) / batch std: local centering, global scale.
 
     The std is the population std of all valid rewards of the batch (every prompt), so prompts
@@ -435,14 +465,14 @@ class GRPOBatchStd(_Base):
     exact zeros; if the batch std is ``<= eps`` every advantage is 0 (``batch_std_below_eps``).
     """
 
-    group = True
+    needs_group = True
 
     def __init__(self, eps: float = 1e-6) -> None:
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         self.eps = float(eps)
 
-    def _advantages(self, g, greedy, greedy_valid):
+    def compute(self, g):
         mean, count = _batch_mean(g)
         dev = torch.where(g.valid, g.r - mean, 0.0)
         std = (dev.square().sum() / count.clamp(min=1.0)).sqrt()

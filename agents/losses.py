@@ -41,6 +41,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from forkgym.registry import Registry
+
 from .reductions import REDUCTIONS, Normaliser, build_normaliser
 
 __all__ = [
@@ -53,31 +55,19 @@ __all__ = [
     "register_loss",
 ]
 
-LOSSES: dict[str, type[PolicyLoss]] = {}
+LOSSES: Registry[type[PolicyLoss]] = Registry("loss", name_attribute="name")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 Metrics = dict[str, float]
 
 
 def register_loss(name: str) -> Callable[[type[PolicyLoss]], type[PolicyLoss]]:
     """Class decorator: ``get_loss(name, **config)`` builds ``cls(**config)``."""
-
-    def decorate(cls: type[PolicyLoss]) -> type[PolicyLoss]:
-        if name in LOSSES:
-            raise ValueError(f"loss {name!r} is already registered")
-        LOSSES[name] = cls
-        cls.name = name
-        return cls
-
-    return decorate
+    return LOSSES.register(name)
 
 
 def get_loss(name: str, **config: Any) -> PolicyLoss:
     """Build the loss registered as ``name`` with its keyword configuration."""
-    try:
-        cls = LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown loss {name!r}; registered: {sorted(LOSSES)}") from None
-    return cls(**config)
+    return LOSSES.build(name, **config)
 
 
 # --------------------------------------------------------------------------------------------

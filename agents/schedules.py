@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from forkgym.registry import Registry
+
 __all__ = ["LR_SCHEDULES", "lr_factor"]
 
 
@@ -28,11 +30,10 @@ def _cosine(progress: float) -> float:
 
 
 # decay shape: progress in [0, 1] after warm-up -> fraction of the way from final to peak
-LR_SCHEDULES: dict[str, Callable[[float], float]] = {
-    "constant": _constant,
-    "linear": _linear,
-    "cosine": _cosine,
-}
+LR_SCHEDULES: Registry[Callable[[float], float]] = Registry("lr_schedule")
+LR_SCHEDULES.register("constant", _constant)
+LR_SCHEDULES.register("linear", _linear)
+LR_SCHEDULES.register("cosine", _cosine)
 
 
 def lr_factor(
@@ -43,10 +44,8 @@ def lr_factor(
     final_ratio: float = 0.0,
 ) -> float:
     """The multiplier on the peak learning rate for training step ``step`` (0-based)."""
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"lr_schedule {schedule!r} is not one of {sorted(LR_SCHEDULES)}")
+    shape = LR_SCHEDULES.lookup(schedule)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, decay_steps - warmup_steps))
-    shape = LR_SCHEDULES[schedule](progress)
-    return final_ratio + (1.0 - final_ratio) * shape
+    return final_ratio + (1.0 - final_ratio) * shape(progress)

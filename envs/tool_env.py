@@ -114,14 +114,11 @@ class ToolEnv(TextEnv):
         max_turns: int = 6,
         **common: Any,
     ) -> None:
-        if tool_parser not in TOOL_PARSERS:
-            raise ValueError(
-                f"unknown tool_parser {tool_parser!r}; choose from {sorted(TOOL_PARSERS)}"
-            )
+        parser = TOOL_PARSERS.lookup(tool_parser)  # before anything is built
         super().__init__(
             config={**config, "tool_parser": tool_parser}, max_turns=max_turns, **common
         )
-        self.parser = TOOL_PARSERS[tool_parser]()
+        self.parser = parser()
         if common.get("system_prompt", _Default) is _Default:  # describe the tools to the model
             schemas = [spec.schema() for spec in self.tools.values()]
             self.system_prompt = f"{self.instructions}\n\n{self.parser.instructions(schemas)}\n\n{ANSWER_INSTRUCTION}"

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from forkgym.registry import Registry
+
 __all__ = ["TOOL_PARSERS", "HermesParser", "ParseProblem", "TagParser", "ToolCall", "ToolParser"]
 
 
@@ -185,4 +187,6 @@ class TagParser:
         )
 
 
-TOOL_PARSERS: dict[str, type] = {"hermes": HermesParser, "tags": TagParser}
+TOOL_PARSERS: Registry[type[ToolParser]] = Registry("tool parser")
+TOOL_PARSERS.register("hermes", HermesParser)
+TOOL_PARSERS.register("tags", TagParser)

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from forkgym.registry import Registry
+
 __all__ = [
     "EXTRACTORS",
     "AnswerExtractor",
@@ -135,13 +137,12 @@ def _answer_is_span(text: str) -> Span | None:
     return start, end
 
 
-EXTRACTORS: dict[str, Finder] = {
-    "boxed": _spanned(last_boxed_span),
-    "gsm8k": _spanned(_last_match(_GSM8K)),  # "#### 42" as in GSM8K solutions
-    "answer_tag": _spanned(_answer_tag_span),  # <answer>...</answer>
-    "answer_is": _spanned(_answer_is_span),  # "... the answer is 42."
-    "last_number": _spanned(_last_match(_NUMBER)),
-}
+EXTRACTORS: Registry[Finder] = Registry("extractor")
+EXTRACTORS.register("boxed", _spanned(last_boxed_span))
+EXTRACTORS.register("gsm8k", _spanned(_last_match(_GSM8K)))  # "#### 42" as in GSM8K solutions
+EXTRACTORS.register("answer_tag", _spanned(_answer_tag_span))  # <answer>...</answer>
+EXTRACTORS.register("answer_is", _spanned(_answer_is_span))  # "... the answer is 42."
+EXTRACTORS.register("last_number", _spanned(_last_match(_NUMBER)))
 
 
 def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
@@ -150,8 +151,6 @@ def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
     ``fn`` returns the answer text or None. When the answer is a substring of the response,
     its last occurrence is reported as the span; otherwise the span is None.
     """
-    if name in EXTRACTORS:
-        raise ValueError(f"extractor {name!r} is already registered")
 
     def find(text: str) -> tuple[str, Span | None] | None:
         found = fn(text)
@@ -160,7 +159,7 @@ def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
         start = text.rfind(found)
         return found, ((start, start + len(found)) if start >= 0 else None)
 
-    EXTRACTORS[name] = find
+    EXTRACTORS.register(name, find)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from forkgym.agents import estimators as est_mod
 from forkgym.agents.estimators import (
     ESTIMATORS,
-    GROUP_ESTIMATORS,
     get_estimator,
     rewards_from_outcomes,
     valid_from_statuses,
@@ -25,7 +24,8 @@ from forkgym.verifiers import Outcome, Status
 from .strategies import VALUES, grids
 
 PROPS = settings(max_examples=40, deadline=None)
-GREEDY_FREE = sorted(set(ESTIMATORS) - {"remax"})
+GREEDY_FREE = sorted(n for n, cls in ESTIMATORS.items() if not cls.needs_greedy)
+GROUP = sorted(n for n, cls in ESTIMATORS.items() if cls.needs_group)
 
 
 # The seed's reference snippet, copied verbatim (seed/critic-free-policy-gradient.zh.md).
@@ -200,19 +200,19 @@ def test_tiny_spread_below_eps_gives_zeros_and_is_counted():
     assert adv[0].abs().max() == pytest.approx(math.sqrt(3))
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP)
 def test_group_estimators_refuse_one_rollout(name):
     with pytest.raises(ValueError, match="K >= 2"):
         get_estimator(name)(torch.zeros(4, 1))
 
 
-@pytest.mark.parametrize("name", sorted(set(ESTIMATORS) - GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", sorted(set(ESTIMATORS) - set(GROUP)))
 def test_single_rollout_estimators_accept_one_rollout(name):
     adv, _ = _call(name, torch.tensor([[1.0], [0.0]]))
     assert adv.shape == (2, 1)
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP)
 def test_under_filled_groups_get_zeros_and_are_counted(name):
     rewards = torch.tensor([[1.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
     valid = torch.tensor([[True, False, False], [True, True, True]])
@@ -418,8 +418,8 @@ def test_valid_and_rewards_from_outcomes():
 def test_no_python_loop_in_any_estimator():
     """Every estimator is tensor ops over [P, K]: no for/while/comprehension in their code."""
     functions = [est_mod._prepare, est_mod._batch_mean, est_mod._batch_constant]
-    functions += [getattr(cls, attr) for cls in ESTIMATORS.values() for attr in ("_advantages",)]
-    functions.append(est_mod._Base.__call__)
+    functions += [cls.compute for cls in ESTIMATORS.values()]
+    functions += [est_mod.Estimator.__call__, est_mod._prepare_greedy]
     loops = (ast.For, ast.While, ast.comprehension, ast.AsyncFor)
     for fn in functions:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
