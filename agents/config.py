@@ -30,8 +30,12 @@ class TrainConfig:
     model: str = "runs/tiny-model"  # a directory from `forkgym model init`/`sft`, or a hub name
     env: str = "forkgym/Arithmetic-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    estimator: str = "rloo"
+    algorithm: str = "critic_free"  # critic_free (an estimator) | ppo (a learned critic)
+    algorithm_kwargs: dict[str, Any] = field(default_factory=dict)  # ppo: gamma, lam, ...
+    estimator: str = "rloo"  # critic_free's estimator (agents/estimators.py)
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: str = "transformers"  # what generates (agents/backends.py)
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. share_model: false
     loss: str = "ppo_clip"
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
     reduction: str | None = None  # None: the loss's own default (named in the metrics)
@@ -56,8 +60,12 @@ class TrainConfig:
     micro_batch_size: int = 64
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    kl_in_reward: bool = False  # subtract the KL penalty from the reward instead of the loss
     dynamic_sampling: bool = False  # DAPO: keep only groups with signal
     max_resample_rounds: int = 3
+    overlong_buffer: int = 0  # DAPO's soft overlong punishment over this many tokens (0: off)
+    overlong_max_tokens: int | None = None  # ... ending at this length (None: the budget)
+    mask_truncated: bool = False  # DAPO's overlong filtering: truncated responses out of the loss
     eval_every: int = 25
     eval_episodes: int = 128
     eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)
@@ -93,30 +101,57 @@ class TrainConfig:
             ("minibatches", self.minibatches >= 1, "must be >= 1"),
             ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
             ("kl_coef", self.kl_coef >= 0, "must be >= 0"),
+            ("kl_in_reward", not self.kl_in_reward or self.kl_coef > 0, "needs kl_coef > 0"),
+            ("overlong_buffer", self.overlong_buffer >= 0, "must be >= 0 (0: off)"),
+            (
+                "overlong_max_tokens",
+                self.overlong_max_tokens is None or self.overlong_max_tokens >= 1,
+                "must be >= 1 (or null: the generation budget)",
+            ),
             ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
             ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),
         ):
             if not ok:
                 problems.append(f"{name}={getattr(self, name)!r} {why}")
-        from .estimators import ESTIMATORS
-        from .losses import LOSSES
-        from .schedules import LR_SCHEDULES
-
-        if self.estimator not in ESTIMATORS:
-            problems.append(f"estimator={self.estimator!r} is not one of {sorted(ESTIMATORS)}")
-        elif getattr(ESTIMATORS[self.estimator], "needs_group", False) and self.k < 2:
-            problems.append(
-                f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
-            )
-        if self.lr_schedule not in LR_SCHEDULES:
-            problems.append(
-                f"lr_schedule={self.lr_schedule!r} is not one of {sorted(LR_SCHEDULES)}"
-            )
-        if self.loss not in LOSSES:
-            problems.append(f"loss={self.loss!r} is not one of {sorted(LOSSES)}")
+        problems += self._named_parts()
         if problems:
             raise ConfigError("invalid training config: " + "; ".join(problems))
         self.betas = tuple(self.betas)  # type: ignore[assignment]
+
+    def _named_parts(self) -> list[str]:
+        """Registered names and their keyword options, checked by building each part once."""
+        from .algorithms import ALGORITHMS
+        from .backends import BACKENDS
+        from .estimators import ESTIMATORS
+        from .losses import KL_ESTIMATORS, LOSSES
+        from .reductions import REDUCTIONS
+        from .schedules import LR_SCHEDULES
+
+        problems = []
+        for key, registry in (
+            ("algorithm", ALGORITHMS),
+            ("estimator", ESTIMATORS),
+            ("loss", LOSSES),
+            ("backend", BACKENDS),
+            ("lr_schedule", LR_SCHEDULES),
+        ):
+            name = getattr(self, key)
+            if name not in registry:
+                problems.append(f"{key}={name!r} is not one of {sorted(registry)}")
+        if self.reduction is not None and self.reduction not in REDUCTIONS:
+            problems.append(f"reduction={self.reduction!r} is not one of {REDUCTIONS} (or null)")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            problems.append(f"kl_estimator={self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
+        if self.estimator in ESTIMATORS:
+            factory = ESTIMATORS[self.estimator]
+            if getattr(factory, "needs_group", False) and self.k < 2:
+                problems.append(
+                    f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
+                )
+            problems += _builds("estimator_kwargs", factory, self.estimator_kwargs)
+        if self.loss in LOSSES:
+            problems += _builds("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+        return problems
 
     @property
     def needs_greedy(self) -> bool:
@@ -156,6 +191,17 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+
+def _builds(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
+    """``[]`` if ``factory(**options)`` accepts the options, else the reason it does not."""
+    if not isinstance(options, dict):
+        return [f"{key} must be a mapping, got {options!r}"]
+    try:
+        factory(**options)
+    except (TypeError, ValueError) as exc:
+        return [f"{key}={options!r}: {exc}"]
+    return []
 
 
 def read_file(path: str | Path) -> dict[str, Any]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from forkgym.verifiers import Status
-
 from .policy import Policy
 from .rollout import Rollouts, task_seeds
 
@@ -34,12 +32,10 @@ def evaluate(
         make_env, policy, tokenizer, k=0, greedy=True, max_new_tokens=max_new_tokens, seed=seed
     )
     batch = greedy.collect(seeds, "eval-greedy", 0)
-    outcomes = [g.greedy.outcome for g in batch.groups]
-    correct = [o is not None and o.status is Status.CORRECT for o in outcomes]
     out = {
-        "eval_accuracy": sum(correct) / len(correct),
-        "eval_infra_failures": float(sum(o is None or o.is_infrastructure for o in outcomes)),
-        "eval_tokens": float(batch.tokens_generated),
+        "eval_accuracy": int(batch.greedy_correct.sum()) / episodes,
+        "eval_infra_failures": float((~batch.greedy_valid).sum()),
+        "eval_tokens": float(batch.cost.tokens_generated),
     }
     if k > 0:
         sampled = Rollouts(
@@ -51,9 +47,5 @@ def evaluate(
             max_new_tokens=max_new_tokens,
             seed=seed,
         ).collect(seeds, "eval-sampled", 0)
-        hits = [
-            any(ep.outcome is not None and ep.outcome.status is Status.CORRECT for ep in g.sampled)
-            for g in sampled.groups
-        ]
-        out[f"eval_pass@{k}"] = sum(hits) / len(hits)
+        out[f"eval_pass@{k}"] = int(sampled.correct.any(1).sum()) / episodes
     return out

@@ -24,8 +24,12 @@ scores tie to ~1e-6). Greedy rows use no randomness.
 
 **Log-probs** follow :mod:`forkgym.agents.policy`: ``log_softmax(logits / T)`` over the full
 vocabulary, at the request's temperature (``T = 1`` for greedy), never renormalised over the
-nucleus. :func:`token_logprobs` and :func:`token_logprobs_and_entropy` compute the same
-quantity with gradients for the trainer.
+nucleus; :mod:`forkgym.agents.logprobs` computes the same quantity with gradients for the
+learner.
+
+**Weights.** ``sync_weights(weights)`` takes the trainer's model (or a state dict): a policy
+built on that very module (the ``transformers`` backend's default, ``share_model=True``) has
+nothing to copy and only moves its version; a policy on a separate copy loads the weights.
 """
 
 from __future__ import annotations
@@ -36,26 +40,11 @@ from typing import Any
 
 import torch
 
+from .logprobs import position_ids_from_mask, token_logprobs
+from .padding import pad_sequences, padding_mask
 from .policy import Generation, GenerationRequest
 
-__all__ = [
-    "HFPolicy",
-    "entropy_from_logits",
-    "logprobs_from_logits",
-    "position_ids_from_mask",
-    "sequence_logits",
-    "token_entropy",
-    "token_logprobs",
-    "token_logprobs_and_entropy",
-]
-
-
-# -- differentiable helpers for the trainer -------------------------------------------------------
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counted from each row's first real token (left or right padding)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+__all__ = ["HFPolicy"]
 
 
 def _forward_kwargs(model: Any) -> tuple[str, bool]:
@@ -63,83 +52,6 @@ def _forward_kwargs(model: Any) -> tuple[str, bool]:
     params = inspect.signature(model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
     return cache_kw, "logits_to_keep" in params
-
-
-def sequence_logits(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``[B, T, V]`` logits of a full forward (no cache), positions from the mask."""
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    return out.logits
-
-
-def logprobs_from_logits(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
-    """``[B, T]``: entry ``t`` is ``log softmax(logits[:, t-1] / T)[input_ids[:, t]]``; entry 0 is 0.
-
-    Computed in float32 at least, as ``logit - logsumexp`` (no ``[B, T, V]`` log-softmax copy).
-    """
-    scores = logits[:, :-1].float()
-    if temperature != 1.0:
-        scores = scores / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    picked = scores.gather(-1, targets).squeeze(-1) - torch.logsumexp(scores, dim=-1)
-    return torch.nn.functional.pad(picked, (1, 0))
-
-
-def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """``[B, T]``: entry ``t`` is the entropy of the distribution that produced token ``t``
-    (``softmax(logits[:, t-1] / T)``); entry 0 is 0."""
-    scores = logits[:, :-1].float()
-    if temperature != 1.0:
-        scores = scores / temperature
-    logp = torch.log_softmax(scores, dim=-1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    return torch.nn.functional.pad(entropy, (1, 0))
-
-
-def token_logprobs(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """Differentiable ``[B, T]`` log-probs of ``input_ids`` under ``model`` (see
-    :func:`logprobs_from_logits` for the alignment). Padding entries hold garbage: mask them."""
-    logits = sequence_logits(model, input_ids, attention_mask)
-    return logprobs_from_logits(logits, input_ids, temperature)
-
-
-def token_entropy(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """``[B, T]`` entropies aligned like :func:`token_logprobs`."""
-    return entropy_from_logits(sequence_logits(model, input_ids, attention_mask), temperature)
-
-
-def token_logprobs_and_entropy(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both from one forward: ``(log-probs [B, T], entropy [B, T])``, differentiable."""
-    logits = sequence_logits(model, input_ids, attention_mask)
-    return (
-        logprobs_from_logits(logits, input_ids, temperature),
-        entropy_from_logits(logits, temperature),
-    )
 
 
 # -- the policy ---------------------------------------------------------------------------------
@@ -150,9 +62,8 @@ _STOP, _LENGTH = 1, 2
 class HFPolicy:
     """A transformers causal LM behind the :class:`~forkgym.agents.policy.Policy` protocol.
 
-    ``model`` may be the trainer's own module (then call ``sync_weights(None)`` after each
-    optimizer step: nothing is copied, the version is bumped) or a separate copy that receives
-    the trainer's ``state_dict``. ``max_batch`` rows are decoded together at most (longer
+    ``model`` may be the trainer's own module (``sync_weights`` then copies nothing and bumps
+    the version) or a separate copy that loads the trainer's weights in ``sync_weights``. ``max_batch`` rows are decoded together at most (longer
     request lists are split after sorting by prompt length, which only saves padding);
     :meth:`logprobs` also keeps each forward's ``[rows, width, vocab]`` logits under
     ``max_logit_elements`` (2**26 floats, 256 MB: 65,536 tokens of a 1,024-token vocabulary,
@@ -192,12 +103,17 @@ class HFPolicy:
     def weight_version(self) -> int:
         return self._version
 
-    def sync_weights(self, state_dict: Mapping[str, Any] | None = None) -> None:
-        """``None``: the model is shared with the trainer, only the version moves. Otherwise
-        load ``state_dict`` (strict: every key of the model, nothing else), then bump."""
-        if state_dict is not None:
+    def sync_weights(self, weights: torch.nn.Module | Mapping[str, Any] | None = None) -> None:
+        """Take the trainer's weights, then bump the version.
+
+        ``weights`` is the trainer's model or its ``state_dict``. When it is this policy's own
+        module (or ``None``: the caller says the model is shared) nothing is copied; otherwise
+        the weights are loaded (strict: every key of the model, nothing else).
+        """
+        if weights is not None and weights is not self.model:
+            state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
             with torch.no_grad():
-                self.model.load_state_dict(state_dict, strict=True)
+                self.model.load_state_dict(state, strict=True)
         self._version += 1
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -261,12 +177,9 @@ class HFPolicy:
         try:
             with torch.inference_mode():
                 for chunk in self._logprob_chunks([len(sequences[i]) for i in order], order):
-                    width = max(len(sequences[i]) for i in chunk)
-                    ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
-                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                    for row, i in enumerate(chunk):  # right padding
-                        ids[row, : len(sequences[i])] = torch.as_tensor(sequences[i])
-                        mask[row, : len(sequences[i])] = 1
+                    rows = [sequences[i] for i in chunk]
+                    ids = pad_sequences(rows, value=self.pad_token_id)
+                    mask = padding_mask([len(r) for r in rows]).long()
                     lp = token_logprobs(
                         self.model, ids.to(self.device), mask.to(self.device), temperature
                     ).cpu()
@@ -321,16 +234,9 @@ class HFPolicy:
         dev = self.device
         n = len(requests)
         params = [r.params for r in requests]
-        lengths = [len(r.prompt_ids) for r in requests]
-        width = max(lengths)
-        ids = torch.tensor(
-            [
-                [self.pad_token_id] * (width - L) + list(r.prompt_ids)
-                for r, L in zip(requests, lengths, strict=True)
-            ],
-            dtype=torch.long,
-        )
-        mask = torch.tensor([[0] * (width - L) + [1] * L for L in lengths], dtype=torch.long)
+        prompts = [r.prompt_ids for r in requests]
+        ids = pad_sequences(prompts, value=self.pad_token_id, left=True)
+        mask = padding_mask([len(p) for p in prompts], left=True).long()
         pos = position_ids_from_mask(mask)
 
         greedy = torch.tensor([p.greedy for p in params], device=dev)

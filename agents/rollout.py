@@ -24,17 +24,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from forkgym.verifiers import Outcome
-
+from .batch import RolloutBatch, RolloutCost
+from .episode import Episode, Group
 from .policy import GenerationRequest, Policy, SamplingParams
 
 __all__ = [
-    "Episode",
-    "Group",
-    "RolloutBatch",
+    "ChatTokens",
     "Rollouts",
     "TemplateError",
     "request_seed",
@@ -124,71 +121,6 @@ class ChatTokens:
         return self.encode(full[end:])
 
 
-@dataclass
-class Episode:
-    """One branch, from reset to the end, as token ids."""
-
-    group: int
-    branch: int
-    kind: str  # "sampled" or "greedy"
-    task_id: str
-    token_ids: list[int]
-    action_mask: list[int]
-    logprobs: list[float]  # behaviour log-probs on action tokens, 0.0 elsewhere
-    prompt_len: int
-    statuses: list[str] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    outcome: Outcome | None = None
-    truncated: bool = False
-    wall_s: float = 0.0
-    weight_version: int = 0
-
-    @property
-    def reward(self) -> float | None:
-        return None if self.outcome is None else self.outcome.reward
-
-    @property
-    def valid(self) -> bool:
-        """False for infrastructure failures (timeout/error): no reward, out of every baseline."""
-        return self.outcome is not None and not self.outcome.is_infrastructure
-
-    @property
-    def generated_tokens(self) -> int:
-        return sum(self.action_mask)
-
-
-@dataclass
-class Group:
-    """The branches of one task: ``sampled`` (K) and, for ReMax, one ``greedy``."""
-
-    task_id: str
-    task_seed: int
-    sampled: list[Episode]
-    greedy: Episode | None = None
-    span_s: float = 0.0  # first branch done -> last branch done
-    barrier_idle_s: float = 0.0  # summed over branches: time done and waiting for the slowest
-    greedy_diverged: bool | None = None  # multi-turn envs with a greedy branch only
-
-
-@dataclass
-class RolloutBatch:
-    groups: list[Group]
-    generate_s: float = 0.0
-    env_s: float = 0.0  # stepping envs, verification and tools included
-    turns: int = 0
-    tokens_generated: int = 0  # every branch, greedy ones included
-    greedy_tokens: int = 0
-
-    @property
-    def episodes(self) -> list[Episode]:
-        out = []
-        for g in self.groups:
-            out.extend(g.sampled)
-            if g.greedy is not None:
-                out.append(g.greedy)
-        return out
-
-
 class Rollouts:
     """Runs groups of episodes for a policy on a pool of reusable environments.
 
@@ -219,6 +151,11 @@ class Rollouts:
         self.stop = self.chat.stop
         self._envs: list[Any] = []
 
+    @property
+    def max_turns(self) -> int:
+        """The environment's turn budget (1 for single-answer envs)."""
+        return int(getattr(self._env(0).unwrapped, "max_turns", 1))
+
     def _env(self, i: int) -> Any:
         while len(self._envs) <= i:
             self._envs.append(self.make_env())
@@ -229,7 +166,8 @@ class Rollouts:
     ) -> RolloutBatch:
         """Run every group to the end; ``(stream, step)`` keys the sampling seeds."""
         start = time.perf_counter()
-        batch = RolloutBatch(groups=[])
+        cost = RolloutCost()
+        groups: list[Group] = []
         live: list[tuple[Episode, Any, list[dict[str, str]]]] = []  # episode, env, messages
         env_index = 0
         for g, task_seed in enumerate(task_seeds):
@@ -242,7 +180,7 @@ class Rollouts:
                 env_index += 1
                 t0 = time.perf_counter()
                 obs, info = env.reset(seed=task_seed)
-                batch.env_s += time.perf_counter() - t0
+                cost.env_s += time.perf_counter() - t0
                 ids = self.chat.prompt(obs["messages"])
                 episode = Episode(
                     group=g, branch=b, kind=kind, task_id=info["task_id"], token_ids=list(ids),
@@ -255,7 +193,7 @@ class Rollouts:
                 else:
                     group.sampled.append(episode)
                 live.append((episode, env, list(obs["messages"])))
-            batch.groups.append(group)
+            groups.append(group)
 
         done_at: dict[int, float] = {}
         turn = 0
@@ -266,8 +204,8 @@ class Rollouts:
             ]
             t0 = time.perf_counter()
             generations = self.policy.generate(requests)
-            batch.generate_s += time.perf_counter() - t0
-            batch.turns += 1
+            cost.generate_s += time.perf_counter() - t0
+            cost.turns += 1
             still: list[tuple[Episode, Any, list[dict[str, str]]]] = []
             t0 = time.perf_counter()
             for (episode, env, messages), gen in zip(live, generations, strict=True):
@@ -275,9 +213,9 @@ class Rollouts:
                 episode.token_ids += ids
                 episode.action_mask += [1] * len(ids)
                 episode.logprobs += list(gen.logprobs)
-                batch.tokens_generated += len(ids)
+                cost.tokens_generated += len(ids)
                 if episode.kind == "greedy":
-                    batch.greedy_tokens += len(ids)
+                    cost.greedy_tokens += len(ids)
                 content_ids = ids[:-1] if ids and ids[-1] in self.stop else ids
                 action = self.tokenizer.decode(content_ids, skip_special_tokens=False)
                 episode.actions.append(action)
@@ -300,10 +238,10 @@ class Rollouts:
                     )
                     done_at[id(episode)] = time.perf_counter()
                     episode.wall_s = done_at[id(episode)] - start
-            batch.env_s += time.perf_counter() - t0
+            cost.env_s += time.perf_counter() - t0
             live = still
             turn += 1
-        for group in batch.groups:
+        for group in groups:
             branches = group.sampled + ([group.greedy] if group.greedy else [])
             ends = [done_at[id(ep)] for ep in branches]
             group.span_s = max(ends) - min(ends)
@@ -312,7 +250,7 @@ class Rollouts:
                 group.greedy_diverged = all(
                     ep.actions[:1] != group.greedy.actions[:1] for ep in group.sampled
                 )
-        return batch
+        return RolloutBatch.from_groups(groups, self.k, cost)
 
     def _params(self, episode: Episode, stream: str, step: int, turn: int) -> SamplingParams:
         if episode.kind == "greedy":

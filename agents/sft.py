@@ -21,7 +21,9 @@ import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
 
+from .padding import pad_sequences, padding_mask
 from .rollout import ChatTokens, task_seeds
+from .schedules import lr_factor
 
 __all__ = ["Demonstration", "demonstration", "sft"]
 
@@ -74,7 +76,7 @@ def sft(
     ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
     training early (e.g. once held-out accuracy reaches a warm-start target).
     """
-    from .hf_policy import token_logprobs
+    from .logprobs import token_logprobs
     from .models import load_policy_model
 
     torch.manual_seed(seed)
@@ -89,17 +91,12 @@ def sft(
     losses = []
     while trained < tokens:
         demos = [demonstration(env, chat, s) for s in task_seeds(seed, "sft", step, batch_size)]
-        width = max(len(d.token_ids) for d in demos)
-        ids = torch.full((len(demos), width), tokenizer.pad_token_id, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        action = torch.zeros_like(ids, dtype=torch.bool)
-        for row, d in enumerate(demos):
-            ids[row, : len(d.token_ids)] = torch.tensor(d.token_ids)
-            attention[row, : len(d.token_ids)] = 1
-            action[row, : len(d.token_ids)] = torch.tensor(d.action_mask, dtype=torch.bool)
+        ids = pad_sequences([d.token_ids for d in demos], value=tokenizer.pad_token_id)
+        attention = padding_mask([len(d.token_ids) for d in demos]).long()
+        action = pad_sequences([d.action_mask for d in demos], dtype=torch.bool)
         ids, attention, action = ids.to(device), attention.to(device), action.to(device)
         for group in optimizer.param_groups:  # linear warm-up, then constant
-            group["lr"] = lr * min(1.0, (step + 1) / max(1, warmup_steps))
+            group["lr"] = lr * lr_factor("constant", step, 1, warmup_steps)
         logprobs = token_logprobs(model, ids, attention)
         n = int(action.sum())
         loss = -(torch.where(action, logprobs, 0.0).sum() / n)  # token-mean cross-entropy

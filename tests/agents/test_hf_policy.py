@@ -12,12 +12,8 @@ import pytest
 import torch
 
 import forkgym.envs  # noqa: F401  (registers the envs)
-from forkgym.agents.hf_policy import (
-    HFPolicy,
-    token_entropy,
-    token_logprobs,
-    token_logprobs_and_entropy,
-)
+from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.logprobs import token_entropy, token_logprobs, token_logprobs_and_entropy
 from forkgym.agents.models import init_model, load_policy_model, model_config
 from forkgym.agents.policy import GenerationRequest, Policy, SamplingParams
 
@@ -320,11 +316,18 @@ def test_sync_weights(model_dir, prompts):
     assert policy.generate(requests) == target
     policy.sync_weights(None)  # shared model: nothing copied, version bumped
     assert policy.weight_version == 2
+    torch.manual_seed(2)
+    third = LlamaForCausalLM(model.config).eval()
+    policy.sync_weights(third)  # a module: its weights are loaded
+    assert policy.weight_version == 3
+    assert policy.generate(requests) == HFPolicy(third, tokenizer).generate(requests)
+    policy.sync_weights(policy.model)  # its own module: nothing to copy
+    assert policy.weight_version == 4 and policy.model is model
     partial = dict(other.state_dict())
     partial.pop("model.norm.weight")
     with pytest.raises(RuntimeError, match="Missing key"):
         policy.sync_weights(partial)
-    assert policy.weight_version == 2
+    assert policy.weight_version == 4
 
 
 def test_shared_model_trains_after_generation(model_dir, prompts):

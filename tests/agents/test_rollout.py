@@ -137,8 +137,13 @@ def test_groups_start_identically_and_seeds_make_runs_repeatable(loaded):
     assert [ep.token_ids for ep in first.episodes] == [ep.token_ids for ep in second.episodes]
     sampled = [tuple(ep.token_ids) for ep in first.groups[0].sampled]
     assert len(set(sampled)) > 1  # the branches' seeds differ
-    assert first.tokens_generated == sum(ep.generated_tokens for ep in first.episodes)
-    assert first.greedy_tokens == sum(g.greedy.generated_tokens for g in first.groups)
+    assert first.cost.tokens_generated == sum(ep.generated_tokens for ep in first.episodes)
+    assert first.cost.greedy_tokens == sum(g.greedy.generated_tokens for g in first.groups)
+    # the batch's grids are the episodes' values, row-major
+    assert first.lengths.tolist() == [[ep.generated_tokens for ep in g.sampled] for g in first.groups]  # fmt: skip
+    assert first.greedy_lengths.tolist() == [g.greedy.generated_tokens for g in first.groups]
+    assert first.valid.all() and first.greedy_valid.all()
+    assert first.rewards.tolist() == [[ep.reward for ep in g.sampled] for g in first.groups]
 
 
 def test_token_budget_truncates_and_statuses_are_kept(loaded):

@@ -180,20 +180,16 @@ def test_a_verifier_timing_out_on_some_items_keeps_them_out_of_baselines_and_los
             return self.inner.verify(reference, response)
 
     cfg = config(tmp_path, tiny_model_dir, "flaky", steps=1, eval_every=0, max_new_tokens=24)
-    trainer = Trainer(cfg)
     verifier = EveryOtherTimesOut()
-    trainer.make_env = lambda: __import__("gymnasium").make(
-        cfg.env, verifier=verifier, **cfg.env_kwargs
-    )  # type: ignore[method-assign]
-    trainer.rollouts = trainer._rollouts(k=cfg.k, greedy=False)
-    batch, _ = trainer.collect()
-    episodes = [ep for g in batch.groups for ep in g.sampled]
+    trainer = Trainer(cfg, verifier=verifier)
+    batch, _ = trainer.collector.collect(0)
+    episodes = batch.sampled
     graded = [ep for ep in episodes if not ep.truncated]
     timed_out = [ep for ep in graded if ep.outcome.status is Status.TIMEOUT]
     assert timed_out and all(ep.reward is None and not ep.valid for ep in timed_out)
-    trainer.step = 0
-    trainer.rollouts = trainer._rollouts(k=cfg.k, greedy=False)
-    verifier.calls = 0
+    assert batch.status_counts()[Status.TIMEOUT] == len(timed_out)
+    assert torch.isnan(batch.rewards[~batch.valid]).all() and int((~batch.valid).sum()) == len(timed_out)  # fmt: skip
+    verifier.calls = 0  # the same step again: the same samples, the same failures
     metrics = trainer.train_step()
     assert metrics["status/timeout"] == metrics["infra_failures"] == len(timed_out)
     valid_tokens = sum(ep.generated_tokens for ep in episodes if ep.valid)

@@ -104,13 +104,42 @@ def train(
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
     trainer = Trainer(cfg, resume=resume)
-    last = trainer.run()
+    last = _run_with_progress(trainer, show=cfg.progress)
     summary = {
         k: last.get(k)
         for k in ("reward_mean", "accuracy", "eval_accuracy", "tokens_generated")
         if k in last
     }
     typer.echo(json.dumps({"run": cfg.out, "step": trainer.step, **summary}))
+
+
+def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
+    """``trainer.run()`` under a live progress bar: step, reward, accuracy, speed, held-out."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("step {task.completed}/{task.total}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+        disable=not show,
+    )
+    with progress:
+        task = progress.add_task(
+            "train", total=trainer.config.steps, completed=trainer.step, info=""
+        )
+
+        def on_step(step: int, metrics: dict[str, Any]) -> None:
+            info = (
+                f"reward {metrics.get('reward_mean') or 0:.3f}  "
+                f"acc {metrics.get('accuracy', 0):.3f}  "
+                f"{metrics.get('tokens_per_s', 0):,.0f} tok/s"
+            )
+            if "eval_accuracy" in metrics:
+                info += f"  eval {metrics['eval_accuracy']:.3f}"
+            progress.update(task, completed=step, info=info)
+
+        return trainer.run(on_step=on_step)
 
 
 def evaluate(

@@ -1,0 +1,280 @@
+"""The data a training step passes on: built once from the rollouts, read by every stage.
+
+:class:`RolloutBatch` is what rollouts produce: the step's groups as ``[P, K]`` grids
+(reward, validity, correctness, status, generated length, truncation) plus the greedy
+branch's ``[P]`` columns when one was run, the per-group timings and what generation cost.
+Estimators, dynamic sampling, the generation ledger and the diagnostics read these tensors;
+nothing downstream walks the episodes again.
+
+:class:`TokenBatch` is the loss's input: the valid sampled episodes (infrastructure failures
+never reach the loss), padded once, in the row-major order of the grid. Mini-batches and
+micro-batches are row selections of it, each trimmed to its own longest row, so a
+micro-batch holds exactly what padding its episodes alone would give.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from forkgym.verifiers import Status
+
+from .episode import Episode, Group
+from .padding import pad_sequences, padding_mask
+
+__all__ = ["STATUSES", "MicroBatch", "RolloutBatch", "RolloutCost", "TokenBatch"]
+
+STATUSES: tuple[Status, ...] = tuple(Status)  # RolloutBatch.status holds indices into this
+_CODE = {status: i for i, status in enumerate(STATUSES)}
+
+
+@dataclass
+class RolloutCost:
+    """What generating a batch cost; dynamic sampling adds its rounds up."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0  # stepping envs, verification and tools included
+    turns: int = 0  # batched generation calls
+    tokens_generated: int = 0  # every branch, greedy ones included
+    greedy_tokens: int = 0
+
+    def __add__(self, other: RolloutCost) -> RolloutCost:
+        return RolloutCost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})  # fmt: skip
+
+
+@dataclass
+class RolloutBatch:
+    """A step's groups as tensors: ``[P, K]`` over sampled branches, ``[P]`` per group."""
+
+    groups: list[Group]
+    k: int
+    rewards: torch.Tensor  # [P, K] float64, NaN where invalid (an infrastructure failure)
+    valid: torch.Tensor  # [P, K] bool
+    correct: torch.Tensor  # [P, K] bool
+    status: torch.Tensor  # [P, K] int64, an index into STATUSES (-1: no outcome)
+    lengths: torch.Tensor  # [P, K] int64, generated tokens
+    truncated: torch.Tensor  # [P, K] bool, the outcome is `truncated`
+    span_s: torch.Tensor  # [P] float64, first branch done -> last branch done
+    barrier_idle_s: torch.Tensor  # [P] float64, summed idle time of the group's branches
+    greedy_diverged: torch.Tensor  # [P] int64: 1 diverged, 0 not, -1 not applicable
+    greedy_rewards: torch.Tensor | None = None  # [P] float64, NaN where invalid
+    greedy_valid: torch.Tensor | None = None  # [P] bool
+    greedy_correct: torch.Tensor | None = None  # [P] bool
+    greedy_lengths: torch.Tensor | None = None  # [P] int64
+    cost: RolloutCost | None = None
+
+    @classmethod
+    def from_groups(
+        cls, groups: Sequence[Group], k: int, cost: RolloutCost | None = None
+    ) -> RolloutBatch:
+        """Read every episode once; groups must hold ``k`` sampled branches each."""
+        groups = list(groups)
+        p = len(groups)
+        sampled = [ep for g in groups for ep in g.sampled]
+        if len(sampled) != p * k:
+            raise ValueError(f"expected {k} sampled branches in each of {p} groups")
+
+        def grid(values: list, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).reshape(shape)
+
+        greedy: dict[str, torch.Tensor] = {}
+        if p and groups[0].greedy is not None:
+            branches = [g.greedy for g in groups]
+            if any(ep is None for ep in branches):
+                raise ValueError("either every group has a greedy branch or none has")
+            greedy = {
+                "greedy_rewards": grid([_reward(ep) for ep in branches], torch.float64, (p,)),  # type: ignore[arg-type]
+                "greedy_valid": grid([ep.valid for ep in branches], torch.bool, (p,)),  # type: ignore[union-attr]
+                "greedy_correct": grid([_correct(ep) for ep in branches], torch.bool, (p,)),  # type: ignore[arg-type]
+                "greedy_lengths": grid([ep.generated_tokens for ep in branches], torch.int64, (p,)),  # type: ignore[union-attr]
+            }  # fmt: skip
+        diverged = [-1 if g.greedy_diverged is None else int(g.greedy_diverged) for g in groups]
+        return cls(
+            groups=groups,
+            k=k,
+            rewards=grid([_reward(ep) for ep in sampled], torch.float64, (p, k)),
+            valid=grid([ep.valid for ep in sampled], torch.bool, (p, k)),
+            correct=grid([_correct(ep) for ep in sampled], torch.bool, (p, k)),
+            status=grid([_status(ep) for ep in sampled], torch.int64, (p, k)),
+            lengths=grid([ep.generated_tokens for ep in sampled], torch.int64, (p, k)),
+            truncated=grid([ep.truncated for ep in sampled], torch.bool, (p, k)),
+            span_s=grid([g.span_s for g in groups], torch.float64, (p,)),
+            barrier_idle_s=grid([g.barrier_idle_s for g in groups], torch.float64, (p,)),
+            greedy_diverged=grid(diverged, torch.int64, (p,)),
+            cost=cost or RolloutCost(),
+            **greedy,
+        )
+
+    # -- shape and selection ------------------------------------------------------------------
+
+    @property
+    def prompts(self) -> int:
+        return len(self.groups)
+
+    @property
+    def has_greedy(self) -> bool:
+        return self.greedy_rewards is not None
+
+    def select(self, keep: torch.Tensor) -> RolloutBatch:
+        """The groups where ``keep [P]`` (bool) is True, or at the indices ``keep`` (int)."""
+        index = keep.nonzero().squeeze(1) if keep.dtype == torch.bool else keep
+        picked = {
+            f.name: getattr(self, f.name)[index]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return replace(self, groups=[self.groups[i] for i in index.tolist()], **picked)
+
+    def head(self, n: int) -> RolloutBatch:
+        """The first ``n`` groups."""
+        return self if n >= self.prompts else self.select(torch.arange(n))
+
+    @classmethod
+    def cat(cls, batches: Sequence[RolloutBatch], cost: RolloutCost) -> RolloutBatch:
+        """The groups of several batches (of one ``k``) in order, with the given cost."""
+        first = batches[0]
+        joined = {
+            f.name: torch.cat([getattr(b, f.name) for b in batches])
+            for f in fields(first)
+            if isinstance(getattr(first, f.name), torch.Tensor)
+        }
+        return replace(first, groups=[g for b in batches for g in b.groups], cost=cost, **joined)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    @property
+    def sampled(self) -> list[Episode]:
+        """The sampled episodes, row-major (group by group), as the grids hold them."""
+        return [ep for g in self.groups for ep in g.sampled]
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """Every episode, greedy branches included."""
+        out = []
+        for g in self.groups:
+            out.extend(g.sampled)
+            if g.greedy is not None:
+                out.append(g.greedy)
+        return out
+
+    def status_counts(self) -> dict[Status, int]:
+        """How many sampled episodes ended in each status (every status, zeros included)."""
+        counts = torch.bincount(self.status[self.status >= 0], minlength=len(STATUSES))
+        return dict(zip(STATUSES, counts.tolist(), strict=True))
+
+
+def _reward(ep: Episode) -> float:
+    return ep.reward if ep.valid else math.nan  # type: ignore[return-value]
+
+
+def _correct(ep: Episode) -> bool:
+    return ep.outcome is not None and ep.outcome.status is Status.CORRECT
+
+
+def _status(ep: Episode) -> int:
+    return -1 if ep.outcome is None else _CODE[ep.outcome.status]
+
+
+@dataclass
+class MicroBatch:
+    """Rows of a :class:`TokenBatch`, trimmed to their longest row, on the training device."""
+
+    rows: torch.Tensor  # [B] indices into the TokenBatch
+    input_ids: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor  # [B, T] long
+    action_mask: torch.Tensor  # [B, T] bool
+    old_logprobs: torch.Tensor  # [B, T] float32, 0 off the action mask
+    advantages: torch.Tensor  # [B] (response-level) or [B, T] (token-level, a critic's)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.action_mask.sum())
+
+
+@dataclass
+class TokenBatch:
+    """The valid sampled episodes of a step, right-padded once (the loss's input).
+
+    Row ``i`` is the episode at flat grid position ``index[i]`` (``p * K + k``), in
+    row-major order. ``action_mask`` marks the tokens the policy generated (the only ones in
+    the loss) and ``old_logprobs`` their behaviour log-probs; entry ``t`` belongs to token
+    ``t``.
+    """
+
+    index: torch.Tensor  # [N] int64
+    input_ids: torch.Tensor  # [N, T] long
+    attention_mask: torch.Tensor  # [N, T] long
+    action_mask: torch.Tensor  # [N, T] bool
+    old_logprobs: torch.Tensor  # [N, T] float32
+    lengths: torch.Tensor  # [N] int64, tokens in the row (prompt, actions, observations)
+    truncated: torch.Tensor  # [N] bool
+
+    @classmethod
+    def from_rollouts(cls, batch: RolloutBatch, pad_id: int) -> TokenBatch:
+        index = batch.valid.reshape(-1).nonzero().squeeze(1)
+        sampled = batch.sampled
+        episodes = [sampled[i] for i in index.tolist()]
+        if not episodes:
+            empty = torch.zeros((0, 0), dtype=torch.long)
+            return cls(
+                index=index,
+                input_ids=empty,
+                attention_mask=empty,
+                action_mask=empty.bool(),
+                old_logprobs=empty.float(),
+                lengths=torch.zeros(0, dtype=torch.int64),
+                truncated=torch.zeros(0, dtype=torch.bool),
+            )
+        lengths = [len(ep.token_ids) for ep in episodes]
+        return cls(
+            index=index,
+            input_ids=pad_sequences([ep.token_ids for ep in episodes], value=pad_id),
+            attention_mask=padding_mask(lengths).long(),
+            action_mask=pad_sequences([ep.action_mask for ep in episodes], dtype=torch.bool),
+            old_logprobs=pad_sequences([ep.logprobs for ep in episodes], dtype=torch.float32),
+            lengths=torch.tensor(lengths, dtype=torch.int64),
+            truncated=batch.truncated.reshape(-1)[index],
+        )
+
+    def __len__(self) -> int:
+        return int(self.index.numel())
+
+    @property
+    def generated(self) -> torch.Tensor:
+        """``[N]`` action tokens per row."""
+        return self.action_mask.sum(1)
+
+    def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
+        return replace(self, action_mask=action_mask)
+
+    def micro_batches(
+        self,
+        rows: Sequence[int],
+        advantages: torch.Tensor,
+        *,
+        size: int,
+        device: str | torch.device = "cpu",
+    ) -> list[MicroBatch]:
+        """``rows`` (in order) in micro-batches of at most ``size``; ``advantages`` is ``[N]``
+        or ``[N, T]`` over this batch's rows."""
+        out = []
+        for start in range(0, len(rows), size):
+            index = torch.tensor(list(rows[start : start + size]), dtype=torch.int64)
+            width = int(self.lengths[index].max())
+            adv = advantages[index]
+            if adv.ndim == 2:
+                adv = adv[:, :width]
+            out.append(
+                MicroBatch(
+                    rows=index,
+                    input_ids=self.input_ids[index, :width].to(device),
+                    attention_mask=self.attention_mask[index, :width].to(device),
+                    action_mask=self.action_mask[index, :width].to(device),
+                    old_logprobs=self.old_logprobs[index, :width].to(device),
+                    advantages=adv.to(device),
+                )
+            )
+        return out

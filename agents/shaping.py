@@ -1,0 +1,87 @@
+"""Reward shaping: response-level terms added to the env's rewards before the algorithm.
+
+The environment owns the reward of an outcome (its status through its reward map). Two
+optional terms change what the algorithm is given, and are logged apart so the env's reward
+stays readable (``reward_mean`` is always the env's):
+
+* DAPO's soft overlong punishment (``overlong_buffer > 0``): 0 up to ``max_length -
+  overlong_buffer`` generated tokens, then down linearly to -1 at ``max_length`` (the
+  episode's generation budget unless ``overlong_max_tokens`` says otherwise). Applied to the
+  greedy branch too, so a ReMax baseline is on the same scale.
+* KL to the reference in the reward (``kl_in_reward``): ``kl_coef * sum_t k(t)`` over each
+  response's action tokens, from the behaviour log-probs, subtracted before the estimator
+  (then centred and scaled with the reward), instead of added to the loss.
+
+Invalid entries (infrastructure failures) are never touched: they carry no reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .batch import RolloutBatch, TokenBatch
+from .config import TrainConfig
+from .learner import Learner
+from .losses import kl_reward_penalty
+from .sampling import overlong_penalty
+
+__all__ = ["RewardShaping"]
+
+
+class RewardShaping:
+    """The configured shaping terms; the identity (the same batch back) when none is on."""
+
+    def __init__(self, config: TrainConfig, learner: Learner, *, budget: int) -> None:
+        """``budget``: the episode's generation budget (``max_new_tokens`` times turns)."""
+        self.config = config
+        self.learner = learner
+        self.max_length = config.overlong_max_tokens or budget
+        if config.overlong_buffer > self.max_length:
+            raise ValueError(
+                f"overlong_buffer={config.overlong_buffer} exceeds the length it counts back "
+                f"from ({self.max_length} tokens)"
+            )
+
+    @property
+    def active(self) -> bool:
+        return bool(self.config.overlong_buffer) or self.config.kl_in_reward
+
+    def __call__(
+        self, batch: RolloutBatch, tokens: TokenBatch
+    ) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch with shaped ``rewards`` (and ``greedy_rewards``), and what was added."""
+        if not self.active:
+            return batch, {}
+        config = self.config
+        rewards, greedy = batch.rewards, batch.greedy_rewards
+        metrics: dict[str, float] = {}
+        valid = batch.valid
+        if config.overlong_buffer:
+            pen = overlong_penalty(batch.lengths, self.max_length, config.overlong_buffer)
+            rewards = torch.where(valid, rewards + pen, rewards)
+            metrics["shaping/overlong_penalty_mean"] = _mean(pen, valid)
+            metrics["shaping/overlong_penalized_of_responses"] = _mean((pen < 0).double(), valid)
+            if greedy is not None and batch.greedy_lengths is not None:
+                g_pen = overlong_penalty(batch.greedy_lengths, self.max_length, config.overlong_buffer)  # fmt: skip
+                greedy = torch.where(batch.greedy_valid, greedy + g_pen, greedy)  # type: ignore[arg-type]
+        if config.kl_in_reward and len(tokens):
+            ref = self.learner.reference_logprobs(tokens)
+            per_row = kl_reward_penalty(
+                tokens.old_logprobs,
+                ref,
+                tokens.action_mask,
+                coef=config.kl_coef,
+                kind=config.kl_estimator,
+            )
+            pen = torch.zeros(rewards.numel(), dtype=torch.float64)
+            pen[tokens.index] = per_row.to(torch.float64)
+            pen = pen.reshape(rewards.shape)
+            rewards = rewards - pen
+            metrics["shaping/kl_penalty_mean"] = _mean(pen, valid)
+        return replace(batch, rewards=rewards, greedy_rewards=greedy), metrics
+
+
+def _mean(values: torch.Tensor, valid: torch.Tensor) -> float:
+    return float(values[valid].mean()) if valid.any() else 0.0
