@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -96,7 +97,7 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         *,
         config: dict[str, Any],
         verifier: Verifier | None = None,
-        rewards: RewardMap = DEFAULT_REWARDS,
+        rewards: RewardMap | Mapping[str, float] = DEFAULT_REWARDS,
         max_turns: int = 1,
         max_chars: int = DEFAULT_MAX_CHARS,
         render_mode: str | None = None,
@@ -118,6 +119,9 @@ class TextEnv(gym.Env[dict[str, Any], str]):
             "max_chars": max_chars,
             "system_prompt": system_prompt,
         }
+        if not isinstance(rewards, RewardMap):  # {"invalid": -0.5} from a config file
+            rewards = RewardMap.from_mapping(rewards)
+        self._common["rewards"] = rewards
         self.verifier = verifier
         self.rewards = rewards
         self.max_turns = max_turns
@@ -261,7 +265,8 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         return self._transition(Turn(status=reason, outcome=self._ending(Status.TRUNCATED, reason)))
 
     def _ending(self, status: Status, reason: str) -> Outcome:
-        return Outcome.from_status(status, self.rewards, details={"reason": reason}, verifier="env")
+        """The env's own verdict (a budget ran out); its reward is set in ``_transition``."""
+        return Outcome.from_status(status, details={"reason": reason}, verifier="env")
 
     def _transition(self, turn: Turn) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         info: dict[str, Any] = {
@@ -275,8 +280,10 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         outcome = turn.outcome
         if outcome is not None:
             self._done = True
+            # The one place an outcome gets its reward: the verifier (or the env, for its own
+            # endings) decided the status, this env's reward map prices it.
             reward = self.rewards.reward(outcome.status)
-            if reward != outcome.reward:  # outcomes built elsewhere follow this env's reward map
+            if reward != outcome.reward:
                 outcome = replace(outcome, reward=reward)
             truncated = outcome.status is Status.TRUNCATED
             terminated = not truncated
@@ -289,10 +296,13 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         return self._observation(), reward, terminated, truncated, info
 
     def grade(self, action: str) -> Outcome:
-        """Grade ``action`` against the task's reference (rewards follow the env's map)."""
-        outcome = self.grader().verify(self.task.answer, action)
-        reward = self.rewards.reward(outcome.status)
-        return outcome if reward == outcome.reward else replace(outcome, reward=reward)
+        """The verifier's verdict on ``action`` against the task's reference.
+
+        Its status is what counts: when the verdict ends the episode, ``step`` prices it with
+        this env's reward map (``info["outcome"].reward``); the verifier's own reward field is
+        left as the verifier set it.
+        """
+        return self.grader().verify(self.task.answer, action)
 
     @staticmethod
     def answer_span(outcome: Outcome) -> tuple[int, int] | None:

@@ -132,6 +132,25 @@ def test_reward_map_and_infrastructure_outcomes():
     assert reward == 0.0 and terminated  # the float is a placeholder; the outcome says None
 
 
+def test_the_env_prices_every_ending_once_with_its_own_map():
+    """The verifier decides the status; the env's reward map alone sets the reward."""
+    with MathVerifier(workers=0, rewards=RewardMap(correct=7.0, incorrect=3.0)) as verifier:
+        env = make(
+            rewards={"correct": 2.0, "incorrect": -1.0, "truncated": -2.0}, verifier=verifier
+        )
+        env.reset(seed=0)
+        assert env.unwrapped.grade(f"\\boxed{{{env.unwrapped.task.answer}}}").reward == 7.0
+        _, reward, _, _, info = env.step(f"\\boxed{{{env.unwrapped.task.answer}}}")
+        assert reward == info["outcome"].reward == info["reward"] == 2.0
+        env.reset(seed=1)
+        assert env.step("\\boxed{-12345}")[4]["outcome"].reward == -1.0
+        env.reset(seed=2)
+        info = env.unwrapped.truncate("max_tokens")[4]
+        assert (info["status"], info["outcome"].reward) == ("truncated", -2.0)
+    with pytest.raises(ValueError, match="infrastructure"):
+        make(rewards={"timeout": 0.0})
+
+
 def test_any_verifier_object_can_grade():
     with MathVerifier(extract=["answer_tag"], workers=0) as tagged:
         env = make(verifier=tagged)
