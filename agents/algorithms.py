@@ -44,7 +44,9 @@ class Advantages:
 class Algorithm(Protocol):
     """What the trainer needs from an algorithm (see the module docstring)."""
 
-    needs_greedy: bool
+    needs_greedy: bool  # collect one greedy branch per task
+    # class attribute, optional: True when `advantages` gives [N, T] (the loss must take them)
+    token_advantages: bool
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         """Advantages for the rows of ``tokens`` from the (shaped) rewards of ``batch``."""
@@ -64,12 +66,15 @@ ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", name_attribute="na
 
 def build_algorithm(config: TrainConfig, model: torch.nn.Module) -> Algorithm:
     """The configured algorithm for the policy ``model`` (which a critic may copy)."""
-    return ALGORITHMS.build(config.algorithm, config=config, model=model)
+    return ALGORITHMS.build(config.algorithm, config=config, model=model, **config.algorithm_kwargs)
 
 
 @ALGORITHMS.register("critic_free")
 class CriticFree:
-    """A registered estimator over the ``[P, K]`` rewards; one advantage per response."""
+    """A registered estimator over the ``[P, K]`` rewards; one advantage per response.
+
+    Its options are the estimator's (``estimator_kwargs``); it takes no others.
+    """
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None) -> None:
         self.estimator = get_estimator(config.estimator, **config.estimator_kwargs)
@@ -93,3 +98,6 @@ class CriticFree:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("estimator") is not None and hasattr(self.estimator, "load_state_dict"):
             self.estimator.load_state_dict(state["estimator"])
+
+
+from . import ppo  # noqa: E402, F401 - registers "ppo" (it builds on this module)

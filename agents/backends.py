@@ -55,7 +55,7 @@ def _transformers(
     from .hf_policy import HFPolicy
 
     if not share_model:
-        model = copy.deepcopy(model).eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
+        # a plain copy: marking its parameters requires_grad=False would send linear layers
+        # down other kernels (log-probs ~1e-6 off the shared model's)
+        model = copy.deepcopy(model)
     return HFPolicy(model, tokenizer, device=device, seed=seed, max_batch=max_batch)

@@ -253,18 +253,18 @@ class TokenBatch:
     def micro_batches(
         self,
         rows: Sequence[int],
-        advantages: torch.Tensor,
+        advantages: torch.Tensor | None,
         *,
         size: int,
         device: str | torch.device = "cpu",
     ) -> list[MicroBatch]:
         """``rows`` (in order) in micro-batches of at most ``size``; ``advantages`` is ``[N]``
-        or ``[N, T]`` over this batch's rows."""
+        or ``[N, T]`` over this batch's rows (``None``: zeros, for passes that need none)."""
         out = []
         for start in range(0, len(rows), size):
             index = torch.tensor(list(rows[start : start + size]), dtype=torch.int64)
             width = int(self.lengths[index].max())
-            adv = advantages[index]
+            adv = torch.zeros(len(index)) if advantages is None else advantages[index]
             if adv.ndim == 2:
                 adv = adv[:, :width]
             out.append(

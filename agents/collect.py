@@ -55,6 +55,7 @@ class Collector:
             return batch, ledger
         cost = batch.cost
         kept: list[RolloutBatch] = []
+        room = self.prompts_per_step
         for round_ in range(self.max_resample_rounds + 1):
             if round_ > 0:
                 batch = self._round(f"train-resample-{round_}", step)
@@ -65,11 +66,13 @@ class Collector:
                 batch.lengths,
                 ledger,
                 greedy_lengths=batch.greedy_lengths,
+                room=room,
             )
             kept.append(batch.select(keep))
-            if sum(b.prompts for b in kept) >= self.prompts_per_step:
+            room -= kept[-1].prompts
+            if not room:
                 break
-        return RolloutBatch.cat(kept, cost).head(self.prompts_per_step), ledger
+        return RolloutBatch.cat(kept, cost), ledger
 
 
 def rollout_metrics(batch: RolloutBatch, ledger: GenerationLedger) -> dict[str, float | int]:

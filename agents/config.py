@@ -151,14 +151,25 @@ class TrainConfig:
             problems += _builds("estimator_kwargs", factory, self.estimator_kwargs)
         if self.loss in LOSSES:
             problems += _builds("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+        if self.algorithm in ALGORITHMS:
+            problems += _accepts("algorithm_kwargs", ALGORITHMS[self.algorithm], self.algorithm_kwargs)  # fmt: skip
+            per_token = getattr(ALGORITHMS[self.algorithm], "token_advantages", False)
+            if per_token and self.loss in LOSSES and not LOSSES[self.loss].token_advantages:
+                problems.append(
+                    f"loss {self.loss!r} needs one advantage per response; algorithm "
+                    f"{self.algorithm!r} gives one per token (use ppo_clip, sapo or vanilla_pg)"
+                )
         return problems
 
     @property
     def needs_greedy(self) -> bool:
-        """Whether the estimator declares that it needs one greedy branch per task (ReMax)."""
+        """Whether the run collects one greedy branch per task: what the critic-free
+        estimator declares (ReMax does), or what another algorithm's class declares."""
+        from .algorithms import ALGORITHMS
         from .estimators import ESTIMATORS
 
-        return bool(getattr(ESTIMATORS[self.estimator], "needs_greedy", False))
+        owner = ESTIMATORS[self.estimator] if self.algorithm == "critic_free" else ALGORITHMS[self.algorithm]  # fmt: skip
+        return bool(getattr(owner, "needs_greedy", False))
 
     # -- files and overrides ---------------------------------------------------------------
 
@@ -200,6 +211,20 @@ def _builds(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
     try:
         factory(**options)
     except (TypeError, ValueError) as exc:
+        return [f"{key}={options!r}: {exc}"]
+    return []
+
+
+def _accepts(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
+    """``[]`` if ``factory``'s signature takes these keyword options (their values are checked
+    when the part is built, with the model)."""
+    import inspect
+
+    if not isinstance(options, dict):
+        return [f"{key} must be a mapping, got {options!r}"]
+    try:
+        inspect.signature(factory).bind(config=None, model=None, **options)
+    except TypeError as exc:
         return [f"{key}={options!r}: {exc}"]
     return []
 

@@ -96,8 +96,7 @@ class Learner:
             raise RuntimeError("no reference model: kl_coef is 0")
         out = torch.zeros(tokens.old_logprobs.shape, dtype=torch.float32)
         rows = list(range(len(tokens)))
-        zeros = torch.zeros(len(tokens))
-        for mb in tokens.micro_batches(rows, zeros, size=self.config.micro_batch_size, device=self.config.device):  # fmt: skip
+        for mb in tokens.micro_batches(rows, None, size=self.config.micro_batch_size, device=self.config.device):  # fmt: skip
             out[mb.rows, : mb.input_ids.size(1)] = self._reference(mb).float().cpu()
         return out
 

@@ -129,13 +129,19 @@ def filter_groups(
     ledger: GenerationLedger | None = None,
     *,
     greedy_lengths: torch.Tensor | None = None,
+    room: int | None = None,
 ) -> torch.Tensor:
     """DAPO dynamic sampling: ``[P]`` bool of the groups to keep (those with signal).
 
-    Records the round in ``ledger``: every sampled token counts, kept or not. Keep calling
-    with fresh groups until enough are kept; the ledger then states the true cost.
+    ``room``: at most this many are kept (the first ones with signal); the rest are discarded
+    like groups without signal, so the ledger never counts a group as accepted that the step
+    does not train on. Records the round in ``ledger``: every sampled token counts, kept or
+    not. Keep calling with fresh groups until enough are kept; the ledger then states the
+    true cost.
     """
     keep = groups_with_signal(rewards, valid)
+    if room is not None:
+        keep &= keep.cumsum(0) <= room
     if ledger is not None:
         ledger.record(lengths, keep, valid=valid, greedy_lengths=greedy_lengths)
     return keep

@@ -58,8 +58,19 @@ def test_ledger_reports_the_true_generation_cost():
     assert r["gen/token_accept_rate_of_sampled"] == pytest.approx(85 / 245)
     assert r["gen/generated_per_accepted_token"] == pytest.approx(260 / 85)
     assert all(isinstance(v, float) for v in r.values())
+
     total = ledger + ledger
     assert total.tokens_sampled == 2 * ledger.tokens_sampled and total.rounds == 4
+
+
+def test_groups_beyond_the_room_left_are_discarded_not_accepted():
+    ledger = GenerationLedger()
+    rewards = torch.tensor([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    lengths = torch.tensor([[1, 2], [3, 4], [5, 6], [7, 8]])
+    keep = filter_groups(rewards, None, lengths, ledger, room=2)
+    assert keep.tolist() == [True, False, True, False]  # the first two with signal
+    assert ledger.prompts_accepted == 2 and ledger.tokens_accepted == 3 + 11
+    assert filter_groups(rewards, None, lengths, room=0).tolist() == [False] * 4
 
 
 def test_ledger_validates():

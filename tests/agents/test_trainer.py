@@ -196,3 +196,71 @@ def test_a_verifier_timing_out_on_some_items_keeps_them_out_of_baselines_and_los
     assert metrics["tokens_trained"] == valid_tokens  # the timed-out episodes are not trained on
     assert metrics["est/responses_invalid"] == len(timed_out)
     shutil.rmtree(tmp_path / "flaky", ignore_errors=True)
+
+
+# -- the seams ----------------------------------------------------------------------------------
+
+
+def test_the_trainer_imports_no_generation_backend():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, forkgym.agents.trainer; "
+        "print(sorted(m for m in sys.modules if m.endswith('hf_policy') or m.startswith('vllm')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_user_estimator_that_declares_a_greedy_branch_gets_one(tmp_path, warm_model_dir):
+    from forkgym.agents.estimators import ESTIMATORS, Estimator
+    from tests.conftest import WARM_ENV_KWARGS
+
+    seen = []
+
+    @ESTIMATORS.register("test_half_greedy_gap")
+    class HalfGreedyGap(Estimator):
+        """Half of ReMax's advantage; it only declares what it needs."""
+
+        needs_greedy = True
+
+        def compute(self, g):
+            seen.append((g.greedy.clone(), g.greedy_valid.clone()))
+            return 0.5 * (g.r - g.greedy[:, None]), {}
+
+    try:
+        cfg = config(
+            tmp_path, warm_model_dir, "gap", estimator="test_half_greedy_gap", steps=2,
+            eval_every=0, env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12,
+        )  # fmt: skip
+        assert cfg.needs_greedy
+        trainer = Trainer(cfg)
+        trainer.run()
+    finally:
+        del ESTIMATORS["test_half_greedy_gap"]
+    metrics = read_metrics(tmp_path / "gap")
+    assert len(seen) == 2 and all(g.shape == (cfg.prompts_per_step,) for g, _ in seen)
+    assert all(m["tokens_generated_greedy"] > 0 for m in metrics[1:])
+    assert metrics[-1]["gen/greedy_responses"] == cfg.prompts_per_step
+    assert any(m["est/adv_nonzero"] > 0 for m in metrics[1:])  # the greedy rewards were used
+
+
+def test_a_separate_generation_model_synced_by_copy_trains_identically(tmp_path, warm_model_dir):
+    """The transformers backend on its own copy of the model (weights copied in sync_weights,
+    the shape of a separate engine) gives the shared-model run's metrics exactly."""
+    from tests.conftest import WARM_ENV_KWARGS
+
+    common = dict(env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12, lr=1e-3, steps=3)
+    shared = Trainer(config(tmp_path, warm_model_dir, "shared", **common))
+    copied = Trainer(
+        config(tmp_path, warm_model_dir, "copy", backend_kwargs={"share_model": False}, **common)
+    )
+    assert shared.policy.model is shared.model and copied.policy.model is not copied.model
+    shared.run()
+    copied.run()
+    a, b = read_metrics(tmp_path / "shared"), read_metrics(tmp_path / "copy")
+    assert a[-1]["grad_norm"] > 0 and a[-1]["weight_version"] == 3  # the weights did move
+    assert comparable(a) == comparable(b)
+    for p, q in zip(copied.model.parameters(), copied.policy.model.parameters(), strict=True):
+        assert torch.equal(p, q)  # the last sync left the copy equal to the trained model

@@ -1,0 +1,220 @@
+"""PPO with a learned critic, the baseline the critic-free estimators are compared against.
+
+``algorithm: ppo`` in a training config. The critic is a separate value model: a copy of the
+policy's transformer trunk (initialised from the policy's weights) with a scalar head that
+starts at zero, so the first advantages are the plain returns. Per step:
+
+1. the value model scores every row: ``V[t]`` is the value of the state before action token
+   ``t`` (read from the trunk's hidden state at ``t - 1``, the alignment of the log-probs);
+2. each response's (shaped) reward sits on its last action token, and GAE runs over action
+   tokens only (:func:`~forkgym.agents.critic.gae`: tool output between turns is not a step),
+   with ``gamma`` and ``lam``; optionally the per-response advantages are centred within
+   their group (``group_centering``: ``loo`` or ``mean``, see
+   :func:`~forkgym.agents.critic.critic_group_centered` for the bias each adds);
+3. the policy trains on the token-level advantages with the configured loss (not ``gspo``,
+   whose ratio is per response);
+4. the value model trains on the returns with PPO's clipped value loss, ``value_epochs``
+   passes over the step's mini-batches, with its own AdamW.
+
+Logged under ``critic/``: value and return means, explained variance before the update,
+value loss, value-clip fraction and the value model's gradient norm.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from typing import Any
+
+import torch
+
+from .algorithms import ALGORITHMS, Advantages
+from .batch import RolloutBatch, TokenBatch
+from .config import TrainConfig
+from .critic import clipped_value_loss, critic_group_centered, gae, terminal_rewards
+from .logprobs import position_ids_from_mask
+from .reductions import build_normaliser
+from .rollout import request_seed
+
+__all__ = ["PPO", "ValueModel"]
+
+
+class ValueModel(torch.nn.Module):
+    """A causal LM's trunk with a scalar head: ``[B, T]`` values aligned with the tokens."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.trunk = copy.deepcopy(policy.base_model)
+        self.head = torch.nn.Linear(policy.config.hidden_size, 1, bias=True)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.to(next(policy.parameters()).device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.trunk(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        ).last_hidden_state
+        values = self.head(hidden[:, :-1].float()).squeeze(-1)  # state before token t
+        return torch.nn.functional.pad(values, (1, 0))
+
+
+@ALGORITHMS.register("ppo")
+class PPO:
+    """A learned critic: GAE advantages per action token, a clipped value loss."""
+
+    needs_greedy = False
+    token_advantages = True  # the loss must take [N, T] advantages
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: torch.nn.Module,
+        *,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        value_lr: float | None = None,
+        value_clip: float | None = 0.2,
+        value_epochs: int | None = None,
+        group_centering: str | None = None,
+    ) -> None:
+        if not (0 <= gamma <= 1 and 0 <= lam <= 1):
+            raise ValueError(f"gamma and lam must be in [0, 1], got {gamma}, {lam}")
+        if value_clip is not None and value_clip <= 0:
+            raise ValueError(f"value_clip must be > 0 (or null: no clipping), got {value_clip}")
+        if value_epochs is not None and value_epochs < 1:
+            raise ValueError(f"value_epochs must be >= 1, got {value_epochs}")
+        if group_centering not in (None, "loo", "mean"):
+            raise ValueError(f"group_centering must be null, 'loo' or 'mean', got {group_centering!r}")  # fmt: skip
+        self.config = config
+        self.gamma, self.lam = float(gamma), float(lam)
+        self.value_clip = value_clip
+        self.value_epochs = value_epochs or config.ppo_epochs
+        self.group_centering = group_centering
+        self.value = ValueModel(model)
+        self.value.train()
+        self.optimizer = torch.optim.AdamW(
+            self.value.parameters(),
+            lr=value_lr if value_lr is not None else config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+        )
+        self._old_values: torch.Tensor | None = None
+        self._returns: torch.Tensor | None = None
+
+    # -- advantages -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _values(self, tokens: TokenBatch) -> torch.Tensor:
+        out = torch.zeros(tokens.old_logprobs.shape, dtype=torch.float32)
+        rows = list(range(len(tokens)))
+        for mb in tokens.micro_batches(rows, None, size=self.config.micro_batch_size, device=self.config.device):  # fmt: skip
+            out[mb.rows, : mb.input_ids.size(1)] = self.value(mb.input_ids, mb.attention_mask).cpu()
+        return out
+
+    def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
+        grid = torch.zeros(batch.rewards.shape, dtype=torch.float32)
+        if not len(tokens):
+            return Advantages(torch.zeros(0), grid)
+        mask = tokens.action_mask
+        values = self._values(tokens)
+        scores = batch.rewards.reshape(-1)[tokens.index].to(torch.float32)
+        adv, returns = gae(
+            terminal_rewards(scores, mask), values, mask, gamma=self.gamma, lam=self.lam
+        )
+        metrics: dict[str, float] = {}
+        if self.group_centering is not None:
+            adv, stats = self._centred(adv, batch, tokens)
+            metrics.update({f"critic/centering_{k}": v for k, v in stats.items()})
+        self._old_values, self._returns = values, returns
+        per_response = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
+        grid.view(-1)[tokens.index] = per_response
+        ret, val = returns[mask].double(), values[mask].double()
+        explained = 1.0 - (ret - val).var(unbiased=False) / ret.var(unbiased=False)
+        metrics.update(
+            {
+                "critic/value_mean": float(val.mean()) if val.numel() else 0.0,
+                "critic/return_mean": float(ret.mean()) if ret.numel() else 0.0,
+                "critic/explained_variance": float(explained) if ret.numel() > 1 else 0.0,
+                "critic/adv_mean": float(adv[mask].mean()) if mask.any() else 0.0,
+                "critic/adv_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
+            }
+        )
+        return Advantages(adv, grid, metrics)
+
+    def _centred(
+        self, adv: torch.Tensor, batch: RolloutBatch, tokens: TokenBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Group-centre the rows' advantages: laid out as the full ``[P * K]`` grid (invalid
+        rows empty), centred, and read back."""
+        rows, width = batch.rewards.numel(), adv.size(1)
+        full = torch.zeros((rows, width), dtype=adv.dtype)
+        full_mask = torch.zeros((rows, width), dtype=torch.bool)
+        full[tokens.index], full_mask[tokens.index] = adv, tokens.action_mask
+        centred, stats = critic_group_centered(
+            full, full_mask, batch.k, batch.valid, mode=self.group_centering or "loo"
+        )
+        return centred[tokens.index], stats
+
+    # -- the critic's own update ----------------------------------------------------------------
+
+    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
+        if not len(tokens) or self._returns is None or self._old_values is None:
+            return {}
+        config = self.config
+        summed: Counter[str] = Counter()
+        weights = 0.0
+        grad_norms = []
+        for epoch in range(self.value_epochs):
+            gen = torch.Generator().manual_seed(
+                request_seed(config.seed, "critic-shuffle", step, epoch) % 2**63
+            )
+            order = torch.randperm(len(tokens), generator=gen).tolist()
+            size = math.ceil(len(order) / config.minibatches)
+            for start in range(0, len(order), size):
+                micros = tokens.micro_batches(
+                    order[start : start + size], None, size=config.micro_batch_size, device=config.device
+                )  # fmt: skip
+                norm = build_normaliser("token_mean", [mb.action_mask for mb in micros])
+                for mb in micros:
+                    width = mb.input_ids.size(1)
+                    values = self.value(mb.input_ids, mb.attention_mask)
+                    loss, m = clipped_value_loss(
+                        values,
+                        self._old_values[mb.rows, :width].to(values.device),
+                        self._returns[mb.rows, :width].to(values.device),
+                        mb.action_mask,
+                        clip_eps=self.value_clip,
+                        normaliser=norm,
+                    )
+                    loss.backward()
+                    w = float(mb.tokens)
+                    for key, value in m.items():
+                        summed[key] += value * (1.0 if key == "value_loss" else w)
+                    weights += w
+                grad_norms.append(
+                    float(torch.nn.utils.clip_grad_norm_(self.value.parameters(), config.grad_clip))
+                )
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        steps = len(grad_norms)
+        out = {
+            f"critic/{k}": v / (steps if k == "value_loss" else max(weights, 1.0))
+            for k, v in summed.items()
+            if k in ("value_loss", "value_clip_frac")
+        }
+        out["critic/grad_norm"] = sum(grad_norms) / max(steps, 1)
+        self._old_values = self._returns = None
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": self.value.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value.load_state_dict(state["value"])
+        self.optimizer.load_state_dict(state["optimizer"])
