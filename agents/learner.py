@@ -116,7 +116,7 @@ class Learner:
         if config.mask_truncated:  # DAPO's overlong filtering: out of the loss, still counted
             mask, stats = mask_truncated(tokens.action_mask, tokens.truncated)
             tokens = tokens.with_action_mask(mask)
-            result.metrics.update({f"overlong/{k}": v for k, v in stats.items()})
+            result.metrics.update(stats)  # truncated_responses, truncated_tokens_masked, ...
         result.tokens_trained = int(tokens.generated.sum())  # the action tokens in the loss
         summed: Counter[str] = Counter()
         weights = 0.0

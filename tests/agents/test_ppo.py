@@ -1,0 +1,100 @@
+"""PPO with a learned critic behind the algorithm seam."""
+
+import pytest
+import torch
+
+from forkgym.agents.algorithms import build_algorithm
+from forkgym.agents.batch import RolloutBatch
+from forkgym.agents.config import ConfigError, TrainConfig
+from forkgym.agents.episode import Episode, Group
+from forkgym.agents.models import load_policy_model
+from forkgym.agents.ppo import ValueModel
+from forkgym.agents.runlog import read_metrics
+from forkgym.agents.trainer import Trainer
+from forkgym.verifiers import Outcome
+
+from .test_learner import tokens_of
+from .test_trainer import comparable, config
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_policy_model(tiny_model_dir)[0]
+
+
+def test_a_value_is_read_before_its_token(model):
+    value = ValueModel(model)
+    torch.nn.init.normal_(value.head.weight, std=1.0, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    other = ids.clone()
+    other[0, 4] = 20
+    mask = torch.ones_like(ids)
+    a, b = value(ids, mask), value(other, mask)
+    assert a[0, 0] == 0 and torch.equal(a[:, :5], b[:, :5])  # V[t] sees tokens before t only
+    assert not torch.equal(a[:, 5:], b[:, 5:])
+
+
+def test_the_first_advantages_are_the_returns_and_the_critic_learns(model):
+    cfg = TrainConfig(algorithm="ppo", lr=1e-3, k=3)
+    ppo = build_algorithm(cfg, model)
+    tokens = tokens_of(["correct", "incorrect", "correct"], [3, 4, 2])
+    batch = _batch_for(tokens)
+    adv = ppo.advantages(batch, tokens)
+    mask = tokens.action_mask
+    expected = torch.tensor([1.0, 0.0, 1.0])[:, None].expand_as(mask)
+    assert torch.equal(adv.rows[mask], expected[mask]) and adv.rows[~mask].eq(0).all()
+    assert adv.grid.tolist() == [[1.0, 0.0, 1.0]]
+    losses = []
+    for step in range(6):
+        ppo.advantages(batch, tokens)
+        losses.append(ppo.update(tokens, step)["critic/value_loss"])
+    assert losses[-1] < losses[0] / 2
+
+
+def _batch_for(tokens):
+    """The RolloutBatch the rows of tokens_of came from (one group, all valid)."""
+    eps = []
+    for b in range(len(tokens)):
+        n = int(tokens.lengths[b])
+        status = "correct" if b != 1 else "incorrect"
+        ids = tokens.input_ids[b, :n].tolist()
+        mask = tokens.action_mask[b, :n].int().tolist()
+        eps.append(Episode(0, b, "sampled", "t", ids, mask, [0.0] * n, 2, outcome=Outcome.from_status(status)))  # fmt: skip
+    return RolloutBatch.from_groups([Group("t", 0, eps)], len(eps))
+
+
+def test_ppo_trains_checkpoints_and_resumes_exactly(tmp_path, warm_model_dir):
+    from tests.conftest import WARM_ENV_KWARGS
+
+    ppo = dict(
+        algorithm="ppo", algorithm_kwargs={"lam": 0.95, "group_centering": "loo"},
+        env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12, eval_every=0, checkpoint_every=2,
+    )  # fmt: skip
+    Trainer(config(tmp_path, warm_model_dir, "full", steps=3, **ppo)).run()
+    Trainer(config(tmp_path, warm_model_dir, "part", steps=2, **ppo)).run()
+    Trainer(config(tmp_path, warm_model_dir, "part", steps=3, **ppo), resume=True).run()
+    full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
+    assert comparable(full) == comparable(part)
+    last = full[-1]
+    for key in ("critic/value_loss", "critic/explained_variance", "critic/value_clip_frac",
+                "critic/grad_norm", "critic/centering_baseline_abs_mean", "loss/loss"):  # fmt: skip
+        assert key in last, key
+    assert last["critic/value_mean"] != 0  # the critic moved off its zero start
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"algorithm": "ppo", "loss": "gspo"}, "loss 'gspo' needs one advantage per response"),
+        ({"algorithm": "ppo", "algorithm_kwargs": {"lamda": 0.9}}, "algorithm_kwargs"),
+        ({"algorithm": "critic_free", "algorithm_kwargs": {"lam": 0.9}}, "algorithm_kwargs"),
+        ({"algorithm": "a2c"}, "algorithm='a2c' is not one of"),
+        ({"backend": "tgi"}, "backend='tgi' is not one of"),
+        ({"estimator_kwargs": {"eps": -1}, "estimator": "grpo"}, "eps must be >= 0"),
+        ({"loss_kwargs": {"eps_low": 2}}, "loss_kwargs"),
+        ({"reduction": "mean"}, "reduction='mean'"),
+    ],
+)
+def test_algorithm_backend_and_options_are_validated(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**values)
