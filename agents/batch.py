@@ -14,15 +14,15 @@ micro-batch holds exactly what padding its episodes alone would give.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
 
-from forkgym.verifiers import Status
+from forkgym.verifiers import Outcome, Status
 
 from .episode import Episode, Group
+from .estimators import rewards_from_outcomes
 from .padding import pad_sequences, padding_mask
 
 __all__ = ["STATUSES", "MicroBatch", "RolloutBatch", "RolloutCost", "TokenBatch"]
@@ -82,21 +82,21 @@ class RolloutBatch:
 
         greedy: dict[str, torch.Tensor] = {}
         if p and groups[0].greedy is not None:
-            branches = [g.greedy for g in groups]
-            if any(ep is None for ep in branches):
-                raise ValueError("either every group has a greedy branch or none has")
+            branches = [_greedy(g) for g in groups]
+            g_rewards, g_valid = rewards_from_outcomes([[_outcome(ep) for ep in branches]])
             greedy = {
-                "greedy_rewards": grid([_reward(ep) for ep in branches], torch.float64, (p,)),  # type: ignore[arg-type]
-                "greedy_valid": grid([ep.valid for ep in branches], torch.bool, (p,)),  # type: ignore[union-attr]
-                "greedy_correct": grid([_correct(ep) for ep in branches], torch.bool, (p,)),  # type: ignore[arg-type]
-                "greedy_lengths": grid([ep.generated_tokens for ep in branches], torch.int64, (p,)),  # type: ignore[union-attr]
-            }  # fmt: skip
+                "greedy_rewards": g_rewards.reshape(p),
+                "greedy_valid": g_valid.reshape(p),
+                "greedy_correct": grid([_correct(ep) for ep in branches], torch.bool, (p,)),
+                "greedy_lengths": grid([ep.generated_tokens for ep in branches], torch.int64, (p,)),
+            }
         diverged = [-1 if g.greedy_diverged is None else int(g.greedy_diverged) for g in groups]
+        rewards, valid = rewards_from_outcomes([[_outcome(ep) for ep in sampled]])
         return cls(
             groups=groups,
             k=k,
-            rewards=grid([_reward(ep) for ep in sampled], torch.float64, (p, k)),
-            valid=grid([ep.valid for ep in sampled], torch.bool, (p, k)),
+            rewards=rewards.reshape(p, k),
+            valid=valid.reshape(p, k),
             correct=grid([_correct(ep) for ep in sampled], torch.bool, (p, k)),
             status=grid([_status(ep) for ep in sampled], torch.int64, (p, k)),
             lengths=grid([ep.generated_tokens for ep in sampled], torch.int64, (p, k)),
@@ -166,8 +166,16 @@ class RolloutBatch:
         return dict(zip(STATUSES, counts.tolist(), strict=True))
 
 
-def _reward(ep: Episode) -> float:
-    return ep.reward if ep.valid else math.nan  # type: ignore[return-value]
+def _outcome(ep: Episode) -> Outcome:
+    if ep.outcome is None:
+        raise ValueError(f"episode {ep.group}/{ep.branch} has no outcome: it did not finish")
+    return ep.outcome
+
+
+def _greedy(group: Group) -> Episode:
+    if group.greedy is None:
+        raise ValueError("either every group has a greedy branch or none has")
+    return group.greedy
 
 
 def _correct(ep: Episode) -> bool:

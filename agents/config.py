@@ -66,6 +66,7 @@ class TrainConfig:
     overlong_buffer: int = 0  # DAPO's soft overlong punishment over this many tokens (0: off)
     overlong_max_tokens: int | None = None  # ... ending at this length (None: the budget)
     mask_truncated: bool = False  # DAPO's overlong filtering: truncated responses out of the loss
+    diagnose_losses: bool = False  # stratify per-response losses too (diag/loss/by_*)
     eval_every: int = 25
     eval_episodes: int = 128
     eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)

@@ -25,6 +25,7 @@ import torch
 
 from .batch import MicroBatch, TokenBatch
 from .config import TrainConfig
+from .diagnostics import sequence_losses
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .reductions import build_normaliser
@@ -48,6 +49,8 @@ class Update:
     tokens_trained: int = 0
     optimizer_steps: int = 0
     timing: Counter[str] = field(default_factory=Counter)
+    # [N] each row's mean loss term in the first epoch (with config.diagnose_losses)
+    sequence_losses: torch.Tensor | None = None
 
 
 class Learner:
@@ -118,6 +121,8 @@ class Learner:
             tokens = tokens.with_action_mask(mask)
             result.metrics.update(stats)  # truncated_responses, truncated_tokens_masked, ...
         result.tokens_trained = int(tokens.generated.sum())  # the action tokens in the loss
+        if config.diagnose_losses:
+            result.sequence_losses = torch.zeros(len(tokens), dtype=torch.float32)
         summed: Counter[str] = Counter()
         weights = 0.0
         grad_norms = []
@@ -150,14 +155,13 @@ class Learner:
                     if self.reference is not None and not config.kl_in_reward:
                         with torch.no_grad():  # the reference's entropy is never used
                             ref = self._reference(mb)
-                    loss, m = self.loss_fn(
-                        logprobs,
-                        mb.old_logprobs,
-                        mb.advantages,
-                        mb.action_mask,
-                        ref_logprobs=ref,
-                        entropy=entropy.detach(),
-                        normaliser=norm,
+                    terms, bmask, extra = self.loss_fn.terms(
+                        logprobs, mb.old_logprobs, mb.advantages, mb.action_mask, ref_logprobs=ref
+                    )
+                    if result.sequence_losses is not None and epoch == 0:
+                        result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
+                    loss, m = self.loss_fn.reduce(
+                        terms, bmask, extra, normaliser=norm, entropy=entropy.detach()
                     )
                     t1 = time.perf_counter()
                     loss.backward()

@@ -213,13 +213,26 @@ class PolicyLoss:
         normaliser: Normaliser | None = None,
     ) -> tuple[torch.Tensor, Metrics]:
         """``(loss scalar, metrics)`` for one micro-batch; see the module docstring."""
-        norm = self._normaliser(normaliser, mask)
         terms, bmask, extra = self.terms(
             logprobs, old_logprobs, advantages, mask, ref_logprobs=ref_logprobs
         )
-        loss = norm.reduce(terms, bmask, premasked=True)
-        metrics = self._metrics(loss, terms, bmask, extra, norm, entropy)
-        return loss, metrics
+        return self.reduce(terms, bmask, extra, normaliser=normaliser, entropy=entropy)
+
+    def reduce(
+        self,
+        terms: torch.Tensor,
+        mask: torch.Tensor,
+        extra: dict[str, torch.Tensor],
+        *,
+        normaliser: Normaliser | None = None,
+        entropy: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Metrics]:
+        """The second half of a call: :meth:`terms`' output to ``(loss scalar, metrics)``.
+
+        Split out so a caller can also keep the terms (per-response loss diagnostics)."""
+        norm = self._normaliser(normaliser, mask)
+        loss = norm.reduce(terms, mask, premasked=True)
+        return loss, self._metrics(loss, terms, mask, extra, norm, entropy)
 
     # -- helpers ------------------------------------------------------------------------------
 

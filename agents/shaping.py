@@ -25,7 +25,7 @@ from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .learner import Learner
 from .losses import kl_reward_penalty
-from .sampling import overlong_penalty
+from .sampling import apply_overlong_penalty, overlong_penalty
 
 __all__ = ["RewardShaping"]
 
@@ -59,13 +59,15 @@ class RewardShaping:
         metrics: dict[str, float] = {}
         valid = batch.valid
         if config.overlong_buffer:
-            pen = overlong_penalty(batch.lengths, self.max_length, config.overlong_buffer)
-            rewards = torch.where(valid, rewards + pen, rewards)
+            shape = {"max_length": self.max_length, "cache_length": config.overlong_buffer}
+            pen = overlong_penalty(batch.lengths, **shape)
+            rewards = apply_overlong_penalty(rewards, batch.lengths, valid, **shape)
             metrics["shaping/overlong_penalty_mean"] = _mean(pen, valid)
             metrics["shaping/overlong_penalized_of_responses"] = _mean((pen < 0).double(), valid)
             if greedy is not None and batch.greedy_lengths is not None:
-                g_pen = overlong_penalty(batch.greedy_lengths, self.max_length, config.overlong_buffer)  # fmt: skip
-                greedy = torch.where(batch.greedy_valid, greedy + g_pen, greedy)  # type: ignore[arg-type]
+                greedy = apply_overlong_penalty(
+                    greedy[:, None], batch.greedy_lengths[:, None], batch.greedy_valid[:, None], **shape
+                ).squeeze(1)  # fmt: skip
         if config.kl_in_reward and len(tokens):
             ref = self.learner.reference_logprobs(tokens)
             per_row = kl_reward_penalty(

@@ -147,12 +147,17 @@ class Trainer:
         self.policy.sync_weights(self.model)
         time_sync = time.perf_counter() - t0
 
+        losses = None
+        if update.sequence_losses is not None:
+            losses = torch.zeros(batch.rewards.shape, dtype=torch.float32)
+            losses.view(-1)[tokens.index] = update.sequence_losses
         diagnostics = batch_diagnostics(
             shaped.rewards,
             batch.valid,
             advantages.grid,
             correct=batch.correct,
             lengths=batch.lengths.to(torch.float64),
+            losses=losses,
             loss_metrics=update.metrics,
         )
         metrics.update(advantages.metrics)

@@ -264,3 +264,16 @@ def test_a_separate_generation_model_synced_by_copy_trains_identically(tmp_path,
     assert comparable(a) == comparable(b)
     for p, q in zip(copied.model.parameters(), copied.policy.model.parameters(), strict=True):
         assert torch.equal(p, q)  # the last sync left the copy equal to the trained model
+
+
+def test_per_response_losses_are_stratified_on_request(tmp_path, warm_model_dir):
+    from tests.conftest import WARM_ENV_KWARGS
+
+    common = dict(env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12, steps=1, eval_every=0)
+    Trainer(config(tmp_path, warm_model_dir, "diag", diagnose_losses=True, **common)).run()
+    Trainer(config(tmp_path, warm_model_dir, "plain", **common)).run()
+    diag, plain = read_metrics(tmp_path / "diag")[-1], read_metrics(tmp_path / "plain")[-1]
+    strata = [k for k in diag if k.startswith("diag/loss/by_")]
+    assert any("/by_length/" in k for k in strata) and any("/by_group_size/" in k for k in strata)
+    assert not [k for k in plain if k.startswith("diag/loss/by_")]
+    assert diag["loss/loss"] == plain["loss/loss"]  # the diagnostic changes nothing it measures
