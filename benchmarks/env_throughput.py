@@ -22,9 +22,9 @@ import sys
 import time
 
 import gymnasium as gym
-from _common import TimedVerifier
 
 import forkgym.envs
+from forkgym.bench import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 TARGETS = {"forkgym/Arithmetic-v0": 5000.0, "forkgym/WordProblems-v0": 5000.0}

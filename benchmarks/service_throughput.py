@@ -42,9 +42,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verify_throughput import integer_mix, math_mix
-
+from forkgym.bench import integer_mix, math_mix
 from forkgym.services import VerifierClient
 from forkgym.services.server import READY_PREFIX
 from forkgym.store import upgrade

@@ -20,13 +20,12 @@ import tempfile
 import time
 from collections import defaultdict
 
-import gymnasium as gym
 import torch
-from _common import TimedVerifier
 
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
 from forkgym.agents.trainer import Trainer
+from forkgym.bench import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 
@@ -55,10 +54,8 @@ def main() -> int:
             out=f"{tmp}/run",
             progress=False,
         )
-        trainer = Trainer(config)
         verifier = TimedVerifier(MathVerifier(workers=0))
-        trainer.make_env = lambda: gym.make(config.env, verifier=verifier, **env_kwargs)  # type: ignore[method-assign]
-        trainer.rollouts = trainer._rollouts(k=config.k, greedy=False)
+        trainer = Trainer(config, verifier=verifier)
         rows: dict[str, list[float]] = defaultdict(list)
         for i in range(args.steps + 2):
             verifier.seconds = 0.0

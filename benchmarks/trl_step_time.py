@@ -1,6 +1,6 @@
 """Seconds per RL step: TRL's GRPOTrainer beside forkgym's trainer, in one run on this CPU.
 
-The issue quotes TRL 1.16's GRPOTrainer at 0.24-0.27 s per step on this CPU (2-digit addition,
+TRL 1.16's GRPOTrainer has been reported at 0.24-0.27 s per step on this CPU (2-digit addition,
 a 1.8M-parameter Llama with a character tokenizer, K=8 x 8 prompts, fp32). This machine's
 speed drifts by 2x from day to day, so a quoted figure is no baseline: this script runs both
 in the same process, one after the other, on the same shape:
@@ -33,7 +33,8 @@ import tempfile
 import time
 
 import torch
-from _common import TRL_CPU_ARGS, require_trl
+
+from forkgym.bench import TRL_CPU_ARGS, require_trl
 
 K, PROMPTS, NEW_TOKENS, SEED = 8, 8, 8, 0
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
-from math import gcd
+
+from forkgym.bench import MIXES
 
 METHODS = {
     "raw": "raw math-verify (1 process)",
@@ -30,83 +30,6 @@ METHODS = {
     "pool": "forkgym pool, 2 workers",
 }
 TARGETS = {("integer", "inline"): 20.0, ("integer", "pool"): 20.0, ("math", "pool"): 1.7}
-NAMES = ["Ada", "Ben", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana"]
-THINGS = ["apples", "stamps", "marbles", "tickets", "books", "coins"]
-
-
-def integer_mix(n: int, seed: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    items = []
-    for _ in range(n):
-        name, thing = rng.choice(NAMES), rng.choice(THINGS)
-        total = rng.randint(10, 900)
-        lines = [f"{name} starts with {total} {thing}. Let's work through it step by step."]
-        for step in range(rng.randint(4, 9)):
-            x = rng.randint(2, 60)
-            op = rng.choice("+-*") if total < 50_000 else "-"
-            new = {"+": total + x, "-": total - x, "*": total * x}[op]
-            lines.append(
-                f"Step {step + 1}: {name} now has {total} {thing}; after the next event "
-                f"({op}{x}) that becomes {total} {op} {x} = {new} {thing}."
-            )
-            total = new
-        roll = rng.random()
-        if roll < 0.70:
-            final = f"The answer is $\\boxed{{{total}}}$."
-        elif roll < 0.78:
-            final = f"The answer is $\\boxed{{{total:,}}}$."
-        elif roll < 0.96:
-            final = f"The answer is $\\boxed{{{total + rng.choice([-1, 1]) * rng.randint(1, 9)}}}$."
-        else:
-            final = f"So {name} ends with {total} {thing}."
-        items.append((str(total), " ".join(lines) + " " + final))
-    return items
-
-
-def _math_item(rng: random.Random) -> tuple[str, str]:
-    kind = rng.choice(["fraction", "radical", "tuple", "interval", "set", "polynomial"])
-    wrong = rng.random() < 0.45
-    a, b = rng.randint(2, 40), rng.randint(2, 40)
-    if kind == "fraction":
-        p, q = a, b + a
-        g = gcd(p, q)
-        p, q = p // g, q // g
-        ref = f"\\frac{{{p}}}{{{q}}}"
-        k = rng.randint(2, 5)
-        ans = f"\\dfrac{{{k * p + (1 if wrong else 0)}}}{{{k * q}}}"
-    elif kind == "radical":
-        b = rng.choice([2, 3, 5, 6, 7, 10, 11, 13])
-        ref = f"{a}\\sqrt{{{b}}}"
-        ans = f"\\sqrt{{{(a + (1 if wrong else 0)) ** 2 * b}}}"
-    elif kind == "tuple":
-        ref = f"({a}, {-b})"
-        ans = f"({-b}, {a})" if wrong else f"({a},-{b})"
-    elif kind == "interval":
-        lo, hi = -a, b
-        ref = f"[{lo}, {hi})"
-        ans = f"({lo},{hi}]" if wrong else f"[{lo},{hi})"
-    elif kind == "set":
-        c = a + b
-        ref = f"\\{{{a}, {b}, {c}\\}}"
-        ans = f"\\{{{c},{b},{a + (1 if wrong else 0)}\\}}"
-    else:
-        ref = f"x^2 + {a + b}x + {a * b}"
-        ans = f"(x+{a})(x{'-' if wrong else '+'}{b})"
-    text = (
-        f"We simplify carefully and check the {kind} against the conditions. So $\\boxed{{{ans}}}$."
-    )
-    return ref, text
-
-
-def math_mix(n: int, seed: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    seen: dict[tuple[str, str], None] = {}
-    while len(seen) < n:
-        seen.setdefault(_math_item(rng), None)
-    return list(seen)
-
-
-MIXES = {"integer": integer_mix, "math": math_mix}
 
 
 def run_method(mix: str, method: str, n: int, seed: int) -> dict:

@@ -1,14 +1,14 @@
 """Both counts in one run: TRL's GRPOTrainer and forkgym from one warm start, same tasks.
 
-The issue quotes TRL 1.16's GRPOTrainer lifting a character-level model from 25% to 49.5%
+TRL 1.16's GRPOTrainer has been reported lifting a character-level model from 25% to 49.5%
 held-out greedy accuracy in 300 steps (K=8 x 8 prompts) at 0.24-0.27 s per step. That is
 another model, another prompt and another day's machine; this script makes the comparison
 here, on equal terms, and reports both counts (held-out accuracy gained in 300 steps, and
 seconds per step) for each trainer:
 
 * one warm start: the default tiny model after SFT on arithmetic demonstrations, to 20-50%
-  held-out greedy accuracy (built by ``benchmarks/learning.py``'s warm start, reused from
-  ``--work`` when it is there);
+  held-out greedy accuracy (``forkgym.bench.warm_start``, the one ``experiments/learning.py``
+  uses);
 * the same environment (``forkgym/Arithmetic-v0``, 2-digit addition, worked answers, prompts
   without the format sentence), the same chat template, stop tokens and verifier: TRL gets the
   env's chat messages as conversational prompts and a reward function that grades each
@@ -32,7 +32,7 @@ forkgym's ``seed``).
 --set lr=3e-4``; ``--skip-trl`` runs forkgym alone for ``--steps`` steps (the same runs, step
 for step, as beside TRL: a wall-clock budget only ends a run), for recipe sweeps.
 Needs TRL (``pip install -e .[bench]``) unless ``--skip-trl``.
-Run: ``python benchmarks/trl_learning.py [--seeds 0 1 2] [--steps 300]``.
+Run: ``python experiments/trl_learning.py [--seeds 0 1 2] [--steps 300]``.
 """
 
 from __future__ import annotations
@@ -47,21 +47,22 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
-from _common import TRL_CPU_ARGS, require_trl
-from learning import (
-    ARITH_TOKENS,
-    ARITHMETIC_SHORT,
-    EVAL_EPISODES,
-    HELD_OUT_RUN,
-    held_out,
-    warm_start,
-)
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.config import ConfigError, TrainConfig
 from forkgym.agents.rollout import task_seeds
 from forkgym.agents.runlog import read_metrics
 from forkgym.agents.trainer import Trainer
+from forkgym.bench import (
+    ARITH_TOKENS,
+    ARITHMETIC_SHORT,
+    EVAL_EPISODES,
+    HELD_OUT_RUN,
+    TRL_CPU_ARGS,
+    held_out,
+    require_trl,
+    warm_start,
+)
 
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, BETAS = 8, 8, (0.9, 0.99)

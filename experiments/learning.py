@@ -16,7 +16,7 @@ generated tokens it took to gain 30 points, and writes a plot of accuracy agains
 tokens. Every figure comes from this run; nothing is cached between invocations except the
 built models under ``--work`` (delete it for a clean run).
 
-Run: ``python benchmarks/learning.py [--minutes 10] [--seeds 0 1 2] [--out docs/learning.png]``
+Run: ``python experiments/learning.py [--minutes 10] [--seeds 0 1 2] [--out docs/learning.png]``
 (``--skip-arithmetic`` / ``--skip-calculator`` run one part; ``--calculator-seeds`` picks its
 seeds; ``--short-prompt`` drops the answer-format sentence from arithmetic prompts).
 """
@@ -30,102 +30,23 @@ import sys
 import time
 from pathlib import Path
 
-import gymnasium as gym
-
 import forkgym.envs  # noqa: F401
 from forkgym.agents.config import TrainConfig
-from forkgym.agents.evaluate import evaluate
-from forkgym.agents.hf_policy import HFPolicy
-from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.plots import curves, plot_runs
-from forkgym.agents.sft import sft
 from forkgym.agents.trainer import Trainer
+from forkgym.bench import (
+    ARITH_TOKENS,
+    ARITHMETIC,
+    ARITHMETIC_SHORT,
+    CALC_TOKENS,
+    CALCULATOR,
+    EVAL_EPISODES,
+    HELD_OUT_RUN,
+    warm_start,
+)
 
-ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "worked"}
-ARITH_TOKENS = 32  # the worked answer of a 3-digit sum is 24 tokens with its stop token
-ARITHMETIC_SHORT = {**ARITHMETIC, "instruction": False}
-CALCULATOR = {
-    "system_prompt": None,
-    "digits": 2,
-    "terms": 2,
-    "operations": "+*",
-    "solution_style": "answer",
-}
-CALC_TOKENS = 40  # per turn: the tool call is 29 tokens, the boxed answer 9-10
-CLEAR_GAIN = 0.10
-EVAL_EPISODES = 200
-EVAL_SEED = 10_000
-# every benchmark training run: greedy accuracy on the same held-out tasks, one final checkpoint
-HELD_OUT_RUN = {
-    "eval_episodes": EVAL_EPISODES,
-    "eval_seed": EVAL_SEED,
-    "eval_k": 0,
-    "checkpoint_every": 0,
-    "keep_checkpoints": 1,
-    "progress": False,
-}
+CLEAR_GAIN = 0.10  # two standard errors of a difference on 200 tasks
 GAIN = 0.30
-
-
-def held_out(
-    model: object, tokenizer: object, env_id: str, env_kwargs: dict, max_new_tokens: int
-) -> float:
-    result = evaluate(
-        HFPolicy(model, tokenizer, seed=0),
-        tokenizer,
-        lambda: gym.make(env_id, **env_kwargs),
-        episodes=EVAL_EPISODES,
-        seed=EVAL_SEED,
-        max_new_tokens=max_new_tokens,
-    )
-    return result["eval_accuracy"]
-
-
-def warm_start(
-    work: Path,
-    env_id: str,
-    env_kwargs: dict,
-    max_new_tokens: int,
-    low: float,
-    max_tokens: int,
-    check_every: int = 10,
-) -> tuple[Path, float, int]:
-    """One SFT run on gold demonstrations, checked every ``check_every`` steps, stopped at
-    ``low`` held-out accuracy."""
-    base = work / "base"
-    if not (base / "config.json").exists():
-        init_model(base)
-    out = work / f"{env_id.split('/')[-1]}-warm"
-    seen: dict[str, float] = {}
-
-    def reached(model: object, tokenizer: object, tokens: int) -> bool:
-        seen["accuracy"], seen["tokens"] = (
-            held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens),
-            tokens,
-        )
-        print(
-            f"  warm start {env_id}: {tokens:,} SFT tokens -> held-out greedy accuracy {seen['accuracy']:.3f}",
-            flush=True,
-        )
-        return seen["accuracy"] >= low
-
-    result = sft(
-        str(base),
-        env_id,
-        tokens=max_tokens,
-        out=out,
-        seed=0,
-        env_kwargs=env_kwargs,
-        until=reached,
-        check_every=check_every,
-    )
-    model, tokenizer = load_policy_model(out)
-    accuracy = held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens)
-    if accuracy < low:
-        raise RuntimeError(
-            f"the warm start reached only {accuracy:.3f} after {result['tokens']:,} tokens"
-        )
-    return out, accuracy, int(result["tokens"])
 
 
 def train(

@@ -1,0 +1,263 @@
+"""What the scripts under ``benchmarks/`` and ``experiments/`` share, importable by all.
+
+* **Recipes** of the learning experiments: the environment settings, token budgets and
+  held-out evaluation every run uses (:data:`ARITHMETIC`, :data:`HELD_OUT_RUN`, ...), the
+  held-out greedy accuracy (:func:`held_out`) and the SFT warm start that every RL run of an
+  experiment starts from (:func:`warm_start`).
+* **Inputs** of the verifier benchmarks: seeded mixes of GSM8K-like and MATH-like answers
+  (:data:`MIXES`).
+* **Baselines**: the settings TRL's trainers run with here (:data:`TRL_CPU_ARGS`) and a quiet
+  import of TRL (:func:`require_trl`); :class:`TimedVerifier` splits a step's time.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+import warnings
+from math import gcd
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "ARITHMETIC",
+    "ARITHMETIC_SHORT",
+    "ARITH_TOKENS",
+    "CALCULATOR",
+    "CALC_TOKENS",
+    "EVAL_EPISODES",
+    "EVAL_SEED",
+    "HELD_OUT_RUN",
+    "MIXES",
+    "TRL_CPU_ARGS",
+    "TimedVerifier",
+    "held_out",
+    "integer_mix",
+    "math_mix",
+    "require_trl",
+    "warm_start",
+]
+
+# -- recipes of the learning experiments ---------------------------------------------------------
+
+ARITHMETIC: dict[str, Any] = {"system_prompt": None, "operations": "+", "solution_style": "worked"}
+ARITH_TOKENS = 32  # the worked answer of a 3-digit sum is 24 tokens with its stop token
+ARITHMETIC_SHORT = {**ARITHMETIC, "instruction": False}
+CALCULATOR = {
+    "system_prompt": None,
+    "digits": 2,
+    "terms": 2,
+    "operations": "+*",
+    "solution_style": "answer",
+}
+CALC_TOKENS = 40  # per turn: the tool call is 29 tokens, the boxed answer 9-10
+EVAL_EPISODES = 200
+EVAL_SEED = 10_000
+# every benchmark training run: greedy accuracy on the same held-out tasks, one final checkpoint
+HELD_OUT_RUN: dict[str, Any] = {
+    "eval_episodes": EVAL_EPISODES,
+    "eval_seed": EVAL_SEED,
+    "eval_k": 0,
+    "checkpoint_every": 0,
+    "keep_checkpoints": 1,
+    "progress": False,
+}
+
+
+def held_out(
+    model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], max_new_tokens: int
+) -> float:
+    """Greedy accuracy on the :data:`EVAL_EPISODES` held-out tasks every experiment shares."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.agents.evaluate import evaluate
+    from forkgym.agents.hf_policy import HFPolicy
+
+    result = evaluate(
+        HFPolicy(model, tokenizer, seed=0),
+        tokenizer,
+        lambda: gym.make(env_id, **env_kwargs),
+        episodes=EVAL_EPISODES,
+        seed=EVAL_SEED,
+        max_new_tokens=max_new_tokens,
+    )
+    return result["eval_accuracy"]
+
+
+def warm_start(
+    work: Path,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    max_new_tokens: int,
+    low: float,
+    max_tokens: int,
+    check_every: int = 10,
+) -> tuple[Path, float, int]:
+    """The default tiny model after one SFT run on ``env_id``'s gold demonstrations,
+    checked every ``check_every`` steps and stopped at ``low`` held-out accuracy (at most
+    ``max_tokens`` tokens); the untrained model is built once in ``work`` and reused.
+    Returns ``(model dir, accuracy, SFT tokens)``."""
+    from forkgym.agents.models import init_model, load_policy_model
+    from forkgym.agents.sft import sft
+
+    base = work / "base"
+    if not (base / "config.json").exists():
+        init_model(base)
+    out = work / f"{env_id.split('/')[-1]}-warm"
+    seen: dict[str, float] = {}
+
+    def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
+        seen["accuracy"], seen["tokens"] = (
+            held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens),
+            tokens,
+        )
+        print(
+            f"  warm start {env_id}: {tokens:,} SFT tokens -> held-out greedy accuracy {seen['accuracy']:.3f}",
+            flush=True,
+        )
+        return seen["accuracy"] >= low
+
+    result = sft(
+        str(base),
+        env_id,
+        tokens=max_tokens,
+        out=out,
+        seed=0,
+        env_kwargs=env_kwargs,
+        until=reached,
+        check_every=check_every,
+    )
+    model, tokenizer = load_policy_model(out)
+    accuracy = held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens)
+    if accuracy < low:
+        raise RuntimeError(
+            f"the warm start reached only {accuracy:.3f} after {result['tokens']:,} tokens"
+        )
+    return out, accuracy, int(result["tokens"])
+
+
+# -- inputs of the verifier benchmarks ---------------------------------------------------------
+
+NAMES = ["Ada", "Ben", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana"]
+THINGS = ["apples", "stamps", "marbles", "tickets", "books", "coins"]
+
+
+def integer_mix(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        name, thing = rng.choice(NAMES), rng.choice(THINGS)
+        total = rng.randint(10, 900)
+        lines = [f"{name} starts with {total} {thing}. Let's work through it step by step."]
+        for step in range(rng.randint(4, 9)):
+            x = rng.randint(2, 60)
+            op = rng.choice("+-*") if total < 50_000 else "-"
+            new = {"+": total + x, "-": total - x, "*": total * x}[op]
+            lines.append(
+                f"Step {step + 1}: {name} now has {total} {thing}; after the next event "
+                f"({op}{x}) that becomes {total} {op} {x} = {new} {thing}."
+            )
+            total = new
+        roll = rng.random()
+        if roll < 0.70:
+            final = f"The answer is $\\boxed{{{total}}}$."
+        elif roll < 0.78:
+            final = f"The answer is $\\boxed{{{total:,}}}$."
+        elif roll < 0.96:
+            final = f"The answer is $\\boxed{{{total + rng.choice([-1, 1]) * rng.randint(1, 9)}}}$."
+        else:
+            final = f"So {name} ends with {total} {thing}."
+        items.append((str(total), " ".join(lines) + " " + final))
+    return items
+
+
+def _math_item(rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(["fraction", "radical", "tuple", "interval", "set", "polynomial"])
+    wrong = rng.random() < 0.45
+    a, b = rng.randint(2, 40), rng.randint(2, 40)
+    if kind == "fraction":
+        p, q = a, b + a
+        g = gcd(p, q)
+        p, q = p // g, q // g
+        ref = f"\\frac{{{p}}}{{{q}}}"
+        k = rng.randint(2, 5)
+        ans = f"\\dfrac{{{k * p + (1 if wrong else 0)}}}{{{k * q}}}"
+    elif kind == "radical":
+        b = rng.choice([2, 3, 5, 6, 7, 10, 11, 13])
+        ref = f"{a}\\sqrt{{{b}}}"
+        ans = f"\\sqrt{{{(a + (1 if wrong else 0)) ** 2 * b}}}"
+    elif kind == "tuple":
+        ref = f"({a}, {-b})"
+        ans = f"({-b}, {a})" if wrong else f"({a},-{b})"
+    elif kind == "interval":
+        lo, hi = -a, b
+        ref = f"[{lo}, {hi})"
+        ans = f"({lo},{hi}]" if wrong else f"[{lo},{hi})"
+    elif kind == "set":
+        c = a + b
+        ref = f"\\{{{a}, {b}, {c}\\}}"
+        ans = f"\\{{{c},{b},{a + (1 if wrong else 0)}\\}}"
+    else:
+        ref = f"x^2 + {a + b}x + {a * b}"
+        ans = f"(x+{a})(x{'-' if wrong else '+'}{b})"
+    text = (
+        f"We simplify carefully and check the {kind} against the conditions. So $\\boxed{{{ans}}}$."
+    )
+    return ref, text
+
+
+def math_mix(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    seen: dict[tuple[str, str], None] = {}
+    while len(seen) < n:
+        seen.setdefault(_math_item(rng), None)
+    return list(seen)
+
+
+MIXES = {"integer": integer_mix, "math": math_mix}
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+# GRPOConfig settings every TRL baseline here shares: fp32 on the CPU, no logging, saving,
+# reporting, progress bar or dataloader workers inside the timed loop.
+TRL_CPU_ARGS: dict[str, Any] = {
+    "use_cpu": True,
+    "bf16": False,
+    "fp16": False,
+    "logging_steps": 10_000,
+    "save_strategy": "no",
+    "report_to": "none",
+    "disable_tqdm": True,
+    "dataloader_num_workers": 0,
+}
+
+
+def require_trl() -> ModuleType | None:
+    """TRL, quietened for a timed run; None (with the install line on stderr) without it."""
+    try:
+        import trl
+    except ImportError:
+        print("TRL is not installed: pip install -e .[bench]  (or trl==1.16.0)", file=sys.stderr)
+        return None
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return trl
+
+
+class TimedVerifier:
+    """Wraps a verifier to add up the time spent grading (to split a step's time)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def verify(self, reference: str, response: str) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.inner.verify(reference, response)
+        finally:
+            self.seconds += time.perf_counter() - start
