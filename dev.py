@@ -4,6 +4,7 @@
     python3 dev.py run     # the main job: train the tiny model with RLOO, plot its learning curve
     python3 dev.py test    # the whole test suite (--quick skips tests marked slow)
     python3 dev.py lint    # ruff check + ruff format --check
+    python3 dev.py docs    # mkdocs build --strict (the site goes to site/)
     python3 dev.py bench   # every script in benchmarks/
 
 Each command creates (or reuses) a project-local virtual environment, ``.venv`` unless
@@ -114,6 +115,10 @@ def main(argv: list[str]) -> int:
         return _exec(python, "-m", "ruff", "check", ".") or _exec(
             python, "-m", "ruff", "format", "--check", "."
         )
+    if command == "docs":
+        python = ensure_env("dev")
+        os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # an advert printed on every build
+        return _exec(python, "-m", "mkdocs", "build", "--strict", *rest)
     if command == "bench":
         python = ensure_env("dev,bench")
         scripts = sorted(

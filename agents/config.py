@@ -27,6 +27,7 @@ class ConfigError(ValueError):
 class TrainConfig:
     """Everything a training run depends on (the seed included)."""
 
+    plugins: list[str] = field(default_factory=list)  # modules or .py files that register parts
     model: str = "runs/tiny-model"  # a directory from `forkgym model init`/`sft`, or a hub name
     env: str = "forkgym/Arithmetic-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -82,7 +83,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = load_plugins(self.plugins)
         for name, ok, why in (
             ("steps", self.steps >= 1, "must be >= 1"),
             ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
@@ -203,6 +204,36 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+
+def load_plugins(plugins: list[str]) -> list[str]:
+    """Import each plugin (a module name, or the path of a ``.py`` file) so that what it
+    registers (estimators, algorithms, losses, backends, environments) can be named in the
+    config; the problems, if any."""
+    import importlib
+    import importlib.util
+
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        return [f"plugins={plugins!r} must be a list of module names or .py paths"]
+    problems = []
+    for plugin in plugins:
+        try:
+            if plugin.endswith(".py"):
+                name = "forkgym_plugin_" + Path(plugin).stem
+                if name in sys.modules:
+                    continue
+                spec = importlib.util.spec_from_file_location(name, plugin)
+                if spec is None or spec.loader is None or not Path(plugin).is_file():
+                    raise ImportError(f"no such file: {plugin}")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(plugin)
+        except Exception as exc:  # a plugin's own error, reported as a config problem
+            sys.modules.pop("forkgym_plugin_" + Path(plugin).stem, None)
+            problems.append(f"plugins: {plugin!r} failed to load: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def _builds(key: str, factory: Any, options: dict[str, Any]) -> list[str]:

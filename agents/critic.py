@@ -1,4 +1,4 @@
-"""Learned-critic pieces for the PPO baseline (DESIGN.md S19).
+"""Learned-critic pieces for the PPO baseline (docs/design.md, S19).
 
 A multi-turn episode is one token stream in which only the policy's tokens are actions; tool
 outputs and observations sit between turns. GAE here runs over ACTION tokens only: a

@@ -1,4 +1,4 @@
-"""Per-batch diagnostics of critic-free training (DESIGN.md S8, S20), as plain float dicts.
+"""Per-batch diagnostics of critic-free training (docs/design.md, S8, S20), as plain float dicts.
 
 What the seed asks every run to show: how many groups carry any signal (all-correct,
 all-wrong, mixed, under-filled by infrastructure failures), what generation cost versus what

@@ -1,6 +1,6 @@
 """Critic-free advantage estimators: response rewards ``[P, K]`` -> detached advantages ``[P, K]``.
 
-One signature for every estimator (DESIGN.md S11)::
+One signature for every estimator (docs/design.md, S11)::
 
     adv, stats = get_estimator("rloo")(rewards, valid)
     adv, stats = get_estimator("remax")(rewards, valid, greedy=g, greedy_valid=gv)
@@ -15,7 +15,7 @@ False where the verifier or environment failed (``timeout``/``error``: no reward
 entry may hold NaN). Estimators never see tokens, lengths, masks or ratios; broadcasting to
 tokens happens once, in the loss.
 
-Rules every estimator keeps (S2, S5-S8, S12, invariant 2):
+Rules every estimator keeps (docs/design.md: S2, S5-S8, S12 and invariant 2):
 
 * invalid entries are excluded from every baseline and statistic and get advantage exactly 0,
   so an invalid entry's stored reward can never change another member's advantage;

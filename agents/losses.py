@@ -1,4 +1,4 @@
-"""Token-level policy losses behind one registry and one signature (DESIGN.md S13, S16-S18).
+"""Token-level policy losses behind one registry and one signature (docs/design.md, S13, S16-S18).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Named loss reductions and the once-per-optimizer-step normaliser (DESIGN.md S13, S14).
+"""Named loss reductions and the once-per-optimizer-step normaliser (docs/design.md, S13, S14).
 
 A loss is ``sum over action tokens of term[i, t]`` divided by a denominator. Which
 denominator is a modelling choice, so it is always named:

@@ -15,8 +15,8 @@ token ids from start to end:
 A turn that hits ``max_new_tokens`` without a stop token ends the episode as ``truncated``
 (``env.truncate("max_tokens")``). Per episode the tokens, mask, behaviour log-probs, statuses
 per turn, final outcome and wall time are kept; per group, how long its branches idled
-waiting for the slowest one (the group barrier, S9); for multi-turn envs, whether the greedy
-branch left every sampled branch's path (S4).
+waiting for the slowest one (the group barrier, docs/design.md S9); for multi-turn envs,
+whether the greedy branch left every sampled branch's path (S4).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dynamic sampling, generation accounting and DAPO overlong handling (DESIGN.md S4, S10, S16).
+"""Dynamic sampling, generation accounting and DAPO overlong handling (docs/design.md, S4, S10, S16).
 
 Dynamic sampling keeps only groups whose valid rewards differ (all-equal groups give zero
 advantage under every group estimator). It changes the training distribution and it costs

@@ -48,3 +48,27 @@ def test_bad_files(tmp_path):
     (tmp_path / "c.yaml").write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
         TrainConfig.load(tmp_path / "c.yaml")
+
+
+def test_a_plugin_file_registers_an_estimator_the_config_can_name(tmp_path):
+    from forkgym.agents.estimators import ESTIMATORS
+
+    plugin = tmp_path / "my_estimators.py"
+    plugin.write_text(
+        "from forkgym.agents.estimators import ESTIMATORS, Estimator\n"
+        "@ESTIMATORS.register('test_plugin_reinforce')\n"
+        "class Plain(Estimator):\n"
+        "    def compute(self, g):\n"
+        "        return g.r, {}\n"
+    )
+    try:
+        with pytest.raises(ConfigError, match="test_plugin_reinforce"):
+            TrainConfig(estimator="test_plugin_reinforce")
+        config = TrainConfig(plugins=[str(plugin)], estimator="test_plugin_reinforce")
+        assert TrainConfig.from_dict(config.to_dict()) == config  # loading it again is a no-op
+    finally:
+        ESTIMATORS.pop("test_plugin_reinforce", None)
+    with pytest.raises(ConfigError, match=r"no_such_module.*failed to load"):
+        TrainConfig(plugins=["no_such_module"])
+    with pytest.raises(ConfigError, match="no such file"):
+        TrainConfig(plugins=[str(tmp_path / "missing.py")])

@@ -1,4 +1,4 @@
-"""Estimator invariants (DESIGN.md S1-S8, S11, S12), as properties over random reward grids."""
+"""Estimator invariants (docs/design.md, S1-S8, S11, S12), as properties over random reward grids."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ GREEDY_FREE = sorted(n for n, cls in ESTIMATORS.items() if not cls.needs_greedy)
 GROUP = sorted(n for n, cls in ESTIMATORS.items() if cls.needs_group)
 
 
-# The seed's reference snippet, copied verbatim (seed/critic-free-policy-gradient.zh.md).
+# RLOO and GRPO written the plain way (no masks, no float64, no exact equality checks): the
+# textbook formulas the estimators must agree with on complete groups.
 def critic_free_advantage(reward, estimator, eps=1e-6):
     if reward.ndim != 2 or reward.size(1) < 2:
         raise ValueError("expected [prompt, rollout], K >= 2")

@@ -1,4 +1,4 @@
-"""Reductions (DESIGN.md S13, S14): the formulas, and gradients that ignore how a step is split."""
+"""Reductions (docs/design.md, S13, S14): the formulas, and gradients that ignore how a step is split."""
 
 from __future__ import annotations
 

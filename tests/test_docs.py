@@ -1,0 +1,52 @@
+"""The documentation's promises that a test can keep: a short README, and no reference to a
+file the repository does not have."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP = ("agents", "benchmarks", "configs", "docs", "envs", "experiments", "services", "src", "store", "tests", "verifiers")  # fmt: skip
+# a repository path: a top-level folder, then path characters, ending in a file name or a '/'
+PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./-]*[\w/])")
+MARKDOWN = re.compile(r"(?<![\w./-])([\w./-]+\.md)\b")
+
+
+def sources():
+    skip = {".venv", "site", "runs", ".git"}
+    for path in ROOT.rglob("*"):
+        if path.suffix in {".py", ".md", ".yaml", ".toml"} and not skip & set(path.relative_to(ROOT).parts):  # fmt: skip
+            yield path
+
+
+def test_the_readme_is_a_first_visit_not_a_manual():
+    assert len((ROOT / "README.md").read_bytes()) < 15_000
+
+
+def test_every_repository_path_the_code_and_docs_mention_exists():
+    missing = []
+    for path in sources():
+        text = path.read_text(encoding="utf-8")
+        for ref in PATH.findall(text):
+            ref = ref.rstrip(".")
+            if any(ch in ref for ch in "*<>{}") or not ref.strip("/"):
+                continue
+            if not (ROOT / ref).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {ref}")
+        for ref in MARKDOWN.findall(text):
+            if "/" in ref or ref in {"README.md"}:
+                continue  # relative links inside docs/ are checked by mkdocs --strict
+            if not any(ROOT.rglob(ref)):
+                missing.append(f"{path.relative_to(ROOT)}: {ref}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_readme_examples_run():
+    """The Python examples a first visit copies (those that need no server) work as written."""
+    readme = (ROOT / "README.md").read_text()
+    for heading in ("## Verify an answer", "## Step an environment"):
+        section = readme.split(heading, 1)[1].split("\n## ", 1)[0]
+        code = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+        assert code, heading
+        namespace: dict = {}
+        exec(compile(code[0], f"README.md {heading}", "exec"), namespace)
+    assert namespace["info"]["status"] == "correct" and namespace["branch"] is not None
