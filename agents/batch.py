@@ -14,6 +14,7 @@ micro-batch holds exactly what padding its episodes alone would give.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -24,6 +25,7 @@ from forkgym.verifiers import Outcome, Status
 from .episode import Episode, Group
 from .estimators import rewards_from_outcomes
 from .padding import pad_sequences, padding_mask
+from .seeds import keyed_generator
 
 __all__ = ["STATUSES", "MicroBatch", "RolloutBatch", "RolloutCost", "TokenBatch"]
 
@@ -254,6 +256,15 @@ class TokenBatch:
     def generated(self) -> torch.Tensor:
         """``[N]`` action tokens per row."""
         return self.action_mask.sum(1)
+
+    def minibatches(self, count: int, shuffle_key: tuple[int | str, ...] | None = None) -> list[list[int]]:  # fmt: skip
+        """One pass over the rows in ``count`` mini-batches: in order, or shuffled by a
+        generator seeded from ``shuffle_key`` (so the order is a function of the key)."""
+        order = list(range(len(self)))
+        if shuffle_key is not None:
+            order = torch.randperm(len(self), generator=keyed_generator(*shuffle_key)).tolist()
+        size = math.ceil(len(order) / count)
+        return [order[start : start + size] for start in range(0, len(order), size)]
 
     def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
         return replace(self, action_mask=action_mask)

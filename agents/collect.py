@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 from .batch import RolloutBatch
-from .rollout import Rollouts, task_seeds
+from .rollout import Rollouts
 from .sampling import GenerationLedger, filter_groups
+from .seeds import task_seeds
 
 __all__ = ["Collector", "rollout_metrics"]
 

@@ -427,16 +427,8 @@ class DrGRPO(Estimator):
         return torch.where(g.signal[:, None], g.r - g.mean[:, None], 0.0), {}
 
 
-@register_estimator("grpo")
-class GRPO(Estimator):
-    """A_i = (R_i - mean) / std with the population std over valid members (S7).
-
-    Following the seed's reference, the division is by ``std`` itself and a group whose std is
-    ``<= eps`` gets zeros (counted in ``groups_std_below_eps``) instead of an ε-dominated
-    scale. All-equal groups are detected exactly (max == min) before any arithmetic, so they
-    get exact zeros whatever ``eps`` is. This is a group-relative normalised estimator, not an
-    action-independent baseline: the std reweights prompts by their reward dispersion.
-    """
+class _StdScaled(Estimator):
+    """A group estimator that divides by a standard deviation, guarded by ``eps``."""
 
     needs_group = True
 
@@ -444,6 +436,21 @@ class GRPO(Estimator):
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}")
         self.eps = float(eps)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(eps={self.eps})"
+
+
+@register_estimator("grpo")
+class GRPO(_StdScaled):
+    """A_i = (R_i - mean) / std with the population std over valid members (S7).
+
+    As in the textbook formula, the division is by ``std`` itself and a group whose std is
+    ``<= eps`` gets zeros (counted in ``groups_std_below_eps``) instead of an ε-dominated
+    scale. All-equal groups are detected exactly (max == min) before any arithmetic, so they
+    get exact zeros whatever ``eps`` is. This is a group-relative normalised estimator, not an
+    action-independent baseline: the std reweights prompts by their reward dispersion.
+    """
 
     def compute(self, g):
         centered = torch.where(g.valid, g.r - g.mean[:, None], 0.0)
@@ -452,25 +459,15 @@ class GRPO(Estimator):
         adv = torch.where(keep[:, None], centered / torch.where(keep, std, 1.0)[:, None], 0.0)
         return adv, {"groups_std_below_eps": (g.signal & ~keep).sum()}
 
-    def __repr__(self) -> str:
-        return f"GRPO(eps={self.eps})"
-
 
 @register_estimator("grpo_batch_std")
-class GRPOBatchStd(Estimator):
+class GRPOBatchStd(_StdScaled):
     """A_i = (R_i - group mean) / batch std: local centering, global scale.
 
     The std is the population std of all valid rewards of the batch (every prompt), so prompts
     are no longer reweighted by their own dispersion. All-equal and under-filled groups get
     exact zeros; if the batch std is ``<= eps`` every advantage is 0 (``batch_std_below_eps``).
     """
-
-    needs_group = True
-
-    def __init__(self, eps: float = 1e-6) -> None:
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        self.eps = float(eps)
 
     def compute(self, g):
         mean, count = _batch_mean(g)
@@ -480,6 +477,3 @@ class GRPOBatchStd(Estimator):
         scale = torch.where(ok, std, 1.0)
         adv = torch.where(g.signal[:, None] & ok, (g.r - g.mean[:, None]) / scale, 0.0)
         return adv, {"batch_std": std, "batch_std_below_eps": (~ok).to(torch.float64)}
-
-    def __repr__(self) -> str:
-        return f"GRPOBatchStd(eps={self.eps})"

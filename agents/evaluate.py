@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .policy import Policy
-from .rollout import Rollouts, task_seeds
+from .rollout import Rollouts
+from .seeds import task_seeds
 
 __all__ = ["evaluate"]
 

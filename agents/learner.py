@@ -15,7 +15,6 @@ generates: generation and learning meet only at ``policy.sync_weights``.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,7 +28,6 @@ from .diagnostics import sequence_losses
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .reductions import build_normaliser
-from .rollout import request_seed
 from .sampling import mask_truncated
 from .schedules import lr_factor
 
@@ -126,17 +124,12 @@ class Learner:
         summed: Counter[str] = Counter()
         weights = 0.0
         grad_norms = []
-        order = list(range(len(tokens)))
         for epoch in range(config.ppo_epochs):
-            if epoch > 0 or config.minibatches > 1:
-                gen = torch.Generator().manual_seed(
-                    request_seed(config.seed, "shuffle", step, epoch) % 2**63
-                )
-                order = torch.randperm(len(tokens), generator=gen).tolist()
-            size = math.ceil(len(order) / config.minibatches)
-            for start in range(0, len(order), size):
+            shuffled = epoch > 0 or config.minibatches > 1
+            key = (config.seed, "shuffle", step, epoch) if shuffled else None
+            for rows in tokens.minibatches(config.minibatches, key):
                 micros = tokens.micro_batches(
-                    order[start : start + size],
+                    rows,
                     advantages,
                     size=config.micro_batch_size,
                     device=config.device,

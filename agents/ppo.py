@@ -23,7 +23,6 @@ value loss, value-clip fraction and the value model's gradient norm.
 from __future__ import annotations
 
 import copy
-import math
 from collections import Counter
 from typing import Any
 
@@ -35,7 +34,6 @@ from .config import TrainConfig
 from .critic import clipped_value_loss, critic_group_centered, gae, terminal_rewards
 from .logprobs import position_ids_from_mask
 from .reductions import build_normaliser
-from .rollout import request_seed
 
 __all__ = ["PPO", "ValueModel"]
 
@@ -169,15 +167,11 @@ class PPO:
         weights = 0.0
         grad_norms = []
         for epoch in range(self.value_epochs):
-            gen = torch.Generator().manual_seed(
-                request_seed(config.seed, "critic-shuffle", step, epoch) % 2**63
-            )
-            order = torch.randperm(len(tokens), generator=gen).tolist()
-            size = math.ceil(len(order) / config.minibatches)
-            for start in range(0, len(order), size):
+            key = (config.seed, "critic-shuffle", step, epoch)
+            for rows in tokens.minibatches(config.minibatches, key):
                 micros = tokens.micro_batches(
-                    order[start : start + size], None, size=config.micro_batch_size, device=config.device
-                )  # fmt: skip
+                    rows, None, size=config.micro_batch_size, device=config.device
+                )
                 norm = build_normaliser("token_mean", [mb.action_mask for mb in micros])
                 for mb in micros:
                     width = mb.input_ids.size(1)

@@ -21,7 +21,6 @@ whether the greedy branch left every sampled branch's path (S4).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,30 +28,18 @@ from typing import Any
 from .batch import RolloutBatch, RolloutCost
 from .episode import Episode, Group
 from .policy import GenerationRequest, Policy, SamplingParams
+from .seeds import request_seed
 
 __all__ = [
     "ChatTokens",
     "Rollouts",
     "TemplateError",
-    "request_seed",
     "stop_token_ids",
-    "task_seeds",
 ]
 
 
 class TemplateError(RuntimeError):
     """The chat template does not render a conversation as an extension of its prefix."""
-
-
-def request_seed(*key: int | str) -> int:
-    """A 63-bit seed for one generation request, a pure function of its key."""
-    digest = hashlib.blake2b(repr(key).encode(), digest_size=8, person=b"forkgym-sample").digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
-def task_seeds(seed: int, stream: str, step: int, n: int) -> list[int]:
-    """The task seeds of one step or evaluation: hashed keys, never ``seed + i``."""
-    return [request_seed(seed, "tasks", stream, step, i) for i in range(n)]
 
 
 def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:

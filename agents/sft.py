@@ -22,8 +22,9 @@ import torch
 import forkgym.envs  # noqa: F401 - registers the environments
 
 from .padding import pad_sequences, padding_mask
-from .rollout import ChatTokens, task_seeds
+from .rollout import ChatTokens
 from .schedules import lr_factor
+from .seeds import task_seeds
 
 __all__ = ["Demonstration", "demonstration", "sft"]
 

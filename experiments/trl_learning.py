@@ -50,8 +50,8 @@ import torch
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.config import ConfigError, TrainConfig
-from forkgym.agents.rollout import task_seeds
 from forkgym.agents.runlog import read_metrics
+from forkgym.agents.seeds import task_seeds
 from forkgym.agents.trainer import Trainer
 from forkgym.bench import (
     ARITH_TOKENS,
