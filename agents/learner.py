@@ -126,8 +126,8 @@ class Learner:
         grad_norms = []
         for epoch in range(config.ppo_epochs):
             shuffled = epoch > 0 or config.minibatches > 1
-            key = (config.seed, "shuffle", step, epoch) if shuffled else None
-            for rows in tokens.minibatches(config.minibatches, key):
+            order_key = (config.seed, "shuffle", step, epoch) if shuffled else None
+            for rows in tokens.minibatches(config.minibatches, order_key):
                 micros = tokens.micro_batches(
                     rows,
                     advantages,
