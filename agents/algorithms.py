@@ -25,8 +25,8 @@ import torch
 from forkgym.registry import Registry
 
 from .batch import RolloutBatch, TokenBatch
-from .config import TrainConfig
-from .estimators import get_estimator
+from .config import TrainConfig, option_problems
+from .estimators import ESTIMATORS, get_estimator
 
 __all__ = ["ALGORITHMS", "Advantages", "Algorithm", "CriticFree", "build_algorithm"]
 
@@ -45,8 +45,10 @@ class Algorithm(Protocol):
     """What the trainer needs from an algorithm (see the module docstring)."""
 
     needs_greedy: bool  # collect one greedy branch per task
-    # class attribute, optional: True when `advantages` gives [N, T] (the loss must take them)
-    token_advantages: bool
+    token_advantages: bool  # `advantages` gives [N, T] rows: the loss must take them
+
+    # Optional: ``check(config, **options) -> list[str]``, a classmethod the config calls to
+    # report bad options before any model is loaded.
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         """Advantages for the rows of ``tokens`` from the (shaped) rewards of ``batch``."""
@@ -75,6 +77,21 @@ class CriticFree:
 
     Its options are the estimator's (``estimator_kwargs``); it takes no others.
     """
+
+    token_advantages = False
+
+    @classmethod
+    def check(cls, config: TrainConfig) -> list[str]:
+        """The estimator's needs and options against the config."""
+        factory = ESTIMATORS.get(config.estimator)
+        if factory is None:
+            return []  # an unknown name is reported with the other names
+        problems = []
+        if getattr(factory, "needs_group", False) and config.k < 2:
+            problems.append(
+                f"estimator {config.estimator!r} compares rollouts of a task and needs k >= 2"
+            )
+        return problems + option_problems("estimator_kwargs", factory, config.estimator_kwargs)
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None) -> None:
         self.estimator = get_estimator(config.estimator, **config.estimator_kwargs)

@@ -15,7 +15,7 @@ micro-batch holds exactly what padding its episodes alone would give.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -116,10 +116,6 @@ class RolloutBatch:
     def prompts(self) -> int:
         return len(self.groups)
 
-    @property
-    def has_greedy(self) -> bool:
-        return self.greedy_rewards is not None
-
     def select(self, keep: torch.Tensor) -> RolloutBatch:
         """The groups where ``keep [P]`` (bool) is True, or at the indices ``keep`` (int)."""
         index = keep.nonzero().squeeze(1) if keep.dtype == torch.bool else keep
@@ -129,10 +125,6 @@ class RolloutBatch:
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
         return replace(self, groups=[self.groups[i] for i in index.tolist()], **picked)
-
-    def head(self, n: int) -> RolloutBatch:
-        """The first ``n`` groups."""
-        return self if n >= self.prompts else self.select(torch.arange(n))
 
     @classmethod
     def cat(cls, batches: Sequence[RolloutBatch], cost: RolloutCost) -> RolloutBatch:
@@ -265,6 +257,20 @@ class TokenBatch:
             order = torch.randperm(len(self), generator=keyed_generator(*shuffle_key)).tolist()
         size = math.ceil(len(order) / count)
         return [order[start : start + size] for start in range(0, len(order), size)]
+
+    def score(
+        self,
+        fn: Callable[[MicroBatch], torch.Tensor],
+        *,
+        size: int,
+        device: str | torch.device = "cpu",
+    ) -> torch.Tensor:
+        """``[N, T]`` float32 on the CPU: ``fn(micro-batch) -> [B, width]`` over every row (a
+        reference model's log-probs, a critic's values), 0 in the padding."""
+        out = torch.zeros(self.input_ids.shape, dtype=torch.float32)
+        for mb in self.micro_batches(range(len(self)), None, size=size, device=device):
+            out[mb.rows, : mb.input_ids.size(1)] = fn(mb).float().cpu()
+        return out
 
     def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
         return replace(self, action_mask=action_mask)

@@ -16,7 +16,11 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigError", "TrainConfig"]
+__all__ = ["ConfigError", "TrainConfig", "load_plugins", "option_problems"]
+
+
+# set as config keys of their own, never through loss_kwargs
+_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_new_tokens"})
 
 
 class ConfigError(ValueError):
@@ -33,7 +37,7 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     algorithm: str = "critic_free"  # critic_free (an estimator) | ppo (a learned critic)
     algorithm_kwargs: dict[str, Any] = field(default_factory=dict)  # ppo: gamma, lam, ...
-    estimator: str = "rloo"  # critic_free's estimator (agents/estimators.py)
+    estimator: str = "rloo"  # critic_free's estimator (agents/estimators.py); ppo has none
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     backend: str = "transformers"  # what generates (agents/backends.py)
     backend_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. share_model: false
@@ -102,15 +106,26 @@ class TrainConfig:
             ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
             ("minibatches", self.minibatches >= 1, "must be >= 1"),
             ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
+            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+            ("grad_clip", self.grad_clip > 0, "must be > 0"),
             ("kl_coef", self.kl_coef >= 0, "must be >= 0"),
             ("kl_in_reward", not self.kl_in_reward or self.kl_coef > 0, "needs kl_coef > 0"),
+            ("max_resample_rounds", self.max_resample_rounds >= 0, "must be >= 0"),
+            (
+                "dynamic_sampling",
+                not self.dynamic_sampling or self.k >= 2,
+                "needs k >= 2 (a group of one has no signal to keep)",
+            ),
             ("overlong_buffer", self.overlong_buffer >= 0, "must be >= 0 (0: off)"),
             (
                 "overlong_max_tokens",
-                self.overlong_max_tokens is None or self.overlong_max_tokens >= 1,
-                "must be >= 1 (or null: the generation budget)",
+                self.overlong_max_tokens is None
+                or (self.overlong_buffer > 0 and self.overlong_max_tokens >= self.overlong_buffer),
+                "needs overlong_buffer > 0 and must be >= overlong_buffer (or null: the budget)",
             ),
             ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
+            ("eval_episodes", self.eval_episodes >= 1, "must be >= 1"),
+            ("eval_k", self.eval_k >= 0, "must be >= 0 (0: greedy pass@1 only)"),
             ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),
         ):
             if not ok:
@@ -129,7 +144,7 @@ class TrainConfig:
         from .reductions import REDUCTIONS
         from .schedules import LR_SCHEDULES
 
-        problems = []
+        problems: list[str] = []
         for key, registry in (
             ("algorithm", ALGORITHMS),
             ("estimator", ESTIMATORS),
@@ -144,34 +159,32 @@ class TrainConfig:
             problems.append(f"reduction={self.reduction!r} is not one of {REDUCTIONS} (or null)")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator={self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
-        if self.estimator in ESTIMATORS:
-            factory = ESTIMATORS[self.estimator]
-            if getattr(factory, "needs_group", False) and self.k < 2:
-                problems.append(
-                    f"estimator {self.estimator!r} compares rollouts of a task and needs k >= 2"
-                )
-            problems += _builds("estimator_kwargs", factory, self.estimator_kwargs)
         if self.loss in LOSSES:
-            problems += _builds("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+            reserved = sorted(set(self.loss_kwargs) & _LOSS_FIELDS) if isinstance(self.loss_kwargs, dict) else []  # fmt: skip
+            if reserved:
+                problems.append(
+                    f"loss_kwargs {reserved}: set them as config keys of their own "
+                    "(reduction, kl_coef, kl_estimator; the token budget comes from max_new_tokens)"
+                )
+            else:
+                problems += option_problems("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+        if self.backend in BACKENDS:
+            fixed = {"model": None, "tokenizer": None, "device": None, "seed": None}
+            problems += _accepts("backend_kwargs", BACKENDS[self.backend], self.backend_kwargs, **fixed)  # fmt: skip
         if self.algorithm in ALGORITHMS:
-            problems += _accepts("algorithm_kwargs", ALGORITHMS[self.algorithm], self.algorithm_kwargs)  # fmt: skip
-            per_token = getattr(ALGORITHMS[self.algorithm], "token_advantages", False)
+            algorithm = ALGORITHMS[self.algorithm]
+            accepted = _accepts("algorithm_kwargs", algorithm, self.algorithm_kwargs, config=None, model=None)  # fmt: skip
+            problems += accepted
+            check = getattr(algorithm, "check", None)
+            if check is not None and not accepted:  # the algorithm's own rules for its options
+                problems += check(self, **self.algorithm_kwargs)
+            per_token = getattr(algorithm, "token_advantages", False)
             if per_token and self.loss in LOSSES and not LOSSES[self.loss].token_advantages:
                 problems.append(
                     f"loss {self.loss!r} needs one advantage per response; algorithm "
                     f"{self.algorithm!r} gives one per token (use ppo_clip, sapo or vanilla_pg)"
                 )
         return problems
-
-    @property
-    def needs_greedy(self) -> bool:
-        """Whether the run collects one greedy branch per task: what the critic-free
-        estimator declares (ReMax does), or what another algorithm's class declares."""
-        from .algorithms import ALGORITHMS
-        from .estimators import ESTIMATORS
-
-        owner = ESTIMATORS[self.estimator] if self.algorithm == "critic_free" else ALGORITHMS[self.algorithm]  # fmt: skip
-        return bool(getattr(owner, "needs_greedy", False))
 
     # -- files and overrides ---------------------------------------------------------------
 
@@ -211,7 +224,6 @@ def load_plugins(plugins: list[str]) -> list[str]:
     registers (estimators, algorithms, losses, backends, environments) can be named in the
     config; the problems, if any."""
     import importlib
-    import importlib.util
 
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         return [f"plugins={plugins!r} must be a list of module names or .py paths"]
@@ -219,24 +231,39 @@ def load_plugins(plugins: list[str]) -> list[str]:
     for plugin in plugins:
         try:
             if plugin.endswith(".py"):
-                name = "forkgym_plugin_" + Path(plugin).stem
-                if name in sys.modules:
-                    continue
-                spec = importlib.util.spec_from_file_location(name, plugin)
-                if spec is None or spec.loader is None or not Path(plugin).is_file():
-                    raise ImportError(f"no such file: {plugin}")
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                spec.loader.exec_module(module)
+                _load_file(Path(plugin))
             else:
                 importlib.import_module(plugin)
         except Exception as exc:  # a plugin's own error, reported as a config problem
-            sys.modules.pop("forkgym_plugin_" + Path(plugin).stem, None)
             problems.append(f"plugins: {plugin!r} failed to load: {type(exc).__name__}: {exc}")
     return problems
 
 
-def _builds(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
+def _load_file(path: Path) -> None:
+    """Run a plugin file once per process (keyed by its resolved path, relative paths from the
+    working directory); a file that fails is not remembered."""
+    import hashlib
+    import importlib.util
+
+    if not path.is_file():
+        raise ImportError(f"no such file: {path}")
+    resolved = path.resolve()
+    name = f"forkgym_plugin_{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def option_problems(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
     """``[]`` if ``factory(**options)`` accepts the options, else the reason it does not."""
     if not isinstance(options, dict):
         return [f"{key} must be a mapping, got {options!r}"]
@@ -247,15 +274,16 @@ def _builds(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
     return []
 
 
-def _accepts(key: str, factory: Any, options: dict[str, Any]) -> list[str]:
-    """``[]`` if ``factory``'s signature takes these keyword options (their values are checked
-    when the part is built, with the model)."""
+def _accepts(key: str, factory: Any, options: dict[str, Any], **fixed: Any) -> list[str]:
+    """``[]`` if ``factory``'s signature takes these keyword options beside the ``fixed``
+    arguments the trainer passes (a part built with the model checks their values then, or
+    earlier in its ``check``)."""
     import inspect
 
     if not isinstance(options, dict):
         return [f"{key} must be a mapping, got {options!r}"]
     try:
-        inspect.signature(factory).bind(config=None, model=None, **options)
+        inspect.signature(factory).bind(**fixed, **options)
     except TypeError as exc:
         return [f"{key}={options!r}: {exc}"]
     return []

@@ -13,7 +13,13 @@ import torch
 
 from .reductions import Normaliser, build_normaliser
 
-__all__ = ["clipped_value_loss", "critic_group_centered", "gae", "terminal_rewards"]
+__all__ = [
+    "clipped_value_loss",
+    "critic_group_centered",
+    "explained_variance",
+    "gae",
+    "terminal_rewards",
+]
 
 
 def _bool(mask: torch.Tensor) -> torch.Tensor:
@@ -108,16 +114,29 @@ def clipped_value_loss(
     loss = normaliser.reduce(0.5 * loss_t, m)
     n = m.sum().clamp(min=1)
     ret = returns.detach()[m].to(torch.float64)
-    res = (returns.detach() - values.detach())[m].to(torch.float64)
-    ev = 1.0 - res.var(unbiased=False) / ret.var(unbiased=False) if ret.numel() > 1 else 0.0
     metrics = {
         "value_loss": float(loss.detach()),
         "value_clip_frac": float(clipped.sum() / n),
         "value_mean": float(values.detach()[m].mean()) if m.any() else 0.0,
         "return_mean": float(ret.mean()) if m.any() else 0.0,
-        "explained_variance": float(ev),
+        "explained_variance": explained_variance(ret, values.detach()[m].to(torch.float64)),
     }
     return loss, metrics
+
+
+def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` over matching 1-D tensors.
+
+    Constant returns leave it undefined; then it is 1.0 when the values match them exactly and
+    0.0 otherwise (the convention of scikit-learn's ``explained_variance_score``), never NaN.
+    """
+    if returns.numel() < 2:
+        return 0.0
+    total = returns.var(unbiased=False)
+    residual = (returns - values).var(unbiased=False)
+    if total == 0:
+        return 1.0 if residual == 0 else 0.0
+    return float(1.0 - residual / total)
 
 
 def critic_group_centered(

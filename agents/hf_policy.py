@@ -103,8 +103,10 @@ class HFPolicy:
     def weight_version(self) -> int:
         return self._version
 
-    def sync_weights(self, weights: torch.nn.Module | Mapping[str, Any] | None = None) -> None:
-        """Take the trainer's weights, then bump the version.
+    def sync_weights(
+        self, weights: torch.nn.Module | Mapping[str, Any] | None = None, version: int | None = None
+    ) -> None:
+        """Take the trainer's weights, then move the version (to ``version`` if given).
 
         ``weights`` is the trainer's model or its ``state_dict``. When it is this policy's own
         module (or ``None``: the caller says the model is shared) nothing is copied; otherwise
@@ -114,7 +116,7 @@ class HFPolicy:
             state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
             with torch.no_grad():
                 self.model.load_state_dict(state, strict=True)
-        self._version += 1
+        self._version = self._version + 1 if version is None else int(version)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         requests = list(requests)

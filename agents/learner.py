@@ -27,15 +27,15 @@ from .config import TrainConfig
 from .diagnostics import sequence_losses
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
-from .reductions import build_normaliser
+from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .sampling import mask_truncated
-from .schedules import lr_factor
+from .schedules import lr_factor_at
 
 __all__ = ["Learner", "Update"]
 
-# loss metrics that add up over the micro-batches of an optimizer step; the others are
-# token-weighted means
-_SUMMED = frozenset({"loss", "tokens", "sequences", "policy_loss"})
+# loss metrics that add up over an optimizer step's micro-batches, and counts every pass repeats
+_PER_STEP = frozenset({"loss", "policy_loss"})
+_PER_EPOCH = frozenset({"tokens", "sequences"})
 
 
 @dataclass
@@ -78,14 +78,7 @@ class Learner:
 
     def set_lr(self, step: int) -> float:
         """This step's learning rate, a function of the step alone (resumes exactly)."""
-        config = self.config
-        lr = config.lr * lr_factor(
-            config.lr_schedule,
-            step,
-            config.lr_decay_steps or config.steps,
-            config.warmup_steps,
-            config.lr_final_ratio,
-        )
+        lr = self.config.lr * lr_factor_at(self.config, step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -95,11 +88,9 @@ class Learner:
         """``[N, T]`` log-probs of every row under the reference model (for KL in the reward)."""
         if self.reference is None:
             raise RuntimeError("no reference model: kl_coef is 0")
-        out = torch.zeros(tokens.old_logprobs.shape, dtype=torch.float32)
-        rows = list(range(len(tokens)))
-        for mb in tokens.micro_batches(rows, None, size=self.config.micro_batch_size, device=self.config.device):  # fmt: skip
-            out[mb.rows, : mb.input_ids.size(1)] = self._reference(mb).float().cpu()
-        return out
+        return tokens.score(
+            self._reference, size=self.config.micro_batch_size, device=self.config.device
+        )
 
     def _reference(self, mb: MicroBatch) -> torch.Tensor:
         assert self.reference is not None
@@ -121,66 +112,55 @@ class Learner:
         result.tokens_trained = int(tokens.generated.sum())  # the action tokens in the loss
         if config.diagnose_losses:
             result.sequence_losses = torch.zeros(len(tokens), dtype=torch.float32)
-        summed: Counter[str] = Counter()
-        weights = 0.0
+        means = MetricMeans(per_step=_PER_STEP, per_epoch=_PER_EPOCH)
         grad_norms = []
-        for epoch in range(config.ppo_epochs):
-            shuffled = epoch > 0 or config.minibatches > 1
-            order_key = (config.seed, "shuffle", step, epoch) if shuffled else None
-            for rows in tokens.minibatches(config.minibatches, order_key):
-                micros = tokens.micro_batches(
-                    rows,
-                    advantages,
-                    size=config.micro_batch_size,
-                    device=config.device,
-                )
-                norm = build_normaliser(
-                    self.reduction,
-                    [mb.action_mask for mb in micros],
-                    max_new_tokens=self.loss_fn.max_new_tokens,
-                )
-                for mb in micros:
-                    t0 = time.perf_counter()
-                    logprobs, entropy = token_logprobs_and_entropy(
-                        self.model, mb.input_ids, mb.attention_mask, temperature=config.temperature
-                    )
-                    ref = None
-                    if self.reference is not None and not config.kl_in_reward:
-                        with torch.no_grad():  # the reference's entropy is never used
-                            ref = self._reference(mb)
-                    terms, bmask, extra = self.loss_fn.terms(
-                        logprobs, mb.old_logprobs, mb.advantages, mb.action_mask, ref_logprobs=ref
-                    )
-                    if result.sequence_losses is not None and epoch == 0:
-                        result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
-                    loss, m = self.loss_fn.reduce(
-                        terms, bmask, extra, normaliser=norm, entropy=entropy.detach()
-                    )
-                    t1 = time.perf_counter()
-                    loss.backward()
-                    result.timing["time/forward_and_loss"] += t1 - t0
-                    result.timing["time/backward"] += time.perf_counter() - t1
-                    w = float(mb.tokens)
-                    for key, value in m.items():
-                        summed[key] += value * (1.0 if key in _SUMMED else w)
-                    weights += w
+        steps = optimizer_steps(
+            tokens,
+            advantages,
+            epochs=config.ppo_epochs,
+            minibatches=config.minibatches,
+            shuffle_key=lambda epoch: self._shuffle_key(step, epoch),
+            micro_batch_size=config.micro_batch_size,
+            device=config.device,
+            reduction=self.reduction,
+            max_new_tokens=self.loss_fn.max_new_tokens,
+        )
+        for epoch, micros, norm in steps:
+            for mb in micros:
                 t0 = time.perf_counter()
-                grad_norms.append(
-                    float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip))
+                logprobs, entropy = token_logprobs_and_entropy(
+                    self.model, mb.input_ids, mb.attention_mask, temperature=config.temperature
                 )
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                result.timing["time/optimizer"] += time.perf_counter() - t0
-                result.optimizer_steps += 1
-        for key, value in summed.items():
-            if key in {"tokens", "sequences"}:  # every epoch sees the same rows
-                result.metrics[key] = value / config.ppo_epochs
-            elif key in {"loss", "policy_loss"}:  # each optimizer step's loss sums its micros
-                result.metrics[key] = value / result.optimizer_steps
-            else:
-                result.metrics[key] = value / max(weights, 1.0)
+                ref = None
+                if self.reference is not None and not config.kl_in_reward:
+                    with torch.no_grad():  # the reference's entropy is never used
+                        ref = self._reference(mb)
+                terms, bmask, extra = self.loss_fn.terms(
+                    logprobs, mb.old_logprobs, mb.advantages, mb.action_mask, ref_logprobs=ref
+                )
+                if result.sequence_losses is not None and epoch == 0:
+                    result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
+                loss, metrics = self.loss_fn.reduce(
+                    terms, bmask, extra, normaliser=norm, entropy=entropy.detach()
+                )
+                t1 = time.perf_counter()
+                loss.backward()
+                result.timing["time/forward_and_loss"] += t1 - t0
+                result.timing["time/backward"] += time.perf_counter() - t1
+                means.add(metrics, float(mb.tokens))
+            t0 = time.perf_counter()
+            grad_norms.append(clip_and_step(self.model.parameters(), self.optimizer, config.grad_clip))  # fmt: skip
+            result.timing["time/optimizer"] += time.perf_counter() - t0
+        result.optimizer_steps = len(grad_norms)
+        result.metrics.update(means.result(max(result.optimizer_steps, 1), config.ppo_epochs))
         result.grad_norm = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
         return result
+
+    def _shuffle_key(self, step: int, epoch: int) -> tuple[int | str, ...] | None:
+        """The first pass keeps the rows' order unless it is split; later passes shuffle."""
+        if epoch == 0 and self.config.minibatches == 1:
+            return None
+        return (self.config.seed, "shuffle", step, epoch)
 
     # -- checkpoints ----------------------------------------------------------------------------
 

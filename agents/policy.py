@@ -77,6 +77,11 @@ class Policy(Protocol):
         """Log-probs (no grad) of ``sequences[i][starts[i]:]`` given their prefixes."""
         ...
 
-    def sync_weights(self, state_dict: Mapping[str, Any] | None = None) -> None:
-        """Take the trainer's weights (None: the backend shares the trainer's model)."""
+    def sync_weights(
+        self, weights: torch.nn.Module | Mapping[str, Any] | None = None, version: int | None = None
+    ) -> None:
+        """Take the trainer's weights: its model (or a state dict; ``None``: the caller says the
+        backend already generates with the trainer's model). The backend decides what that
+        costs: nothing when it shares the module, a copy when it has its own. ``version`` sets
+        :attr:`weight_version` (a resume); by default it moves up by one."""
         ...

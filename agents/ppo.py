@@ -14,16 +14,16 @@ starts at zero, so the first advantages are the plain returns. Per step:
 3. the policy trains on the token-level advantages with the configured loss (not ``gspo``,
    whose ratio is per response);
 4. the value model trains on the returns with PPO's clipped value loss, ``value_epochs``
-   passes over the step's mini-batches, with its own AdamW.
+   passes over the step's mini-batches, with its own AdamW at ``value_lr`` (default: ``lr``)
+   under the run's learning-rate schedule.
 
 Logged under ``critic/``: value and return means, explained variance before the update,
-value loss, value-clip fraction and the value model's gradient norm.
+value loss, value-clip fraction, the value model's gradient norm and learning rate.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from typing import Any
 
 import torch
@@ -31,9 +31,16 @@ import torch
 from .algorithms import ALGORITHMS, Advantages
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
-from .critic import clipped_value_loss, critic_group_centered, gae, terminal_rewards
+from .critic import (
+    clipped_value_loss,
+    critic_group_centered,
+    explained_variance,
+    gae,
+    terminal_rewards,
+)
 from .logprobs import position_ids_from_mask
-from .reductions import build_normaliser
+from .passes import MetricMeans, clip_and_step, optimizer_steps
+from .schedules import lr_factor_at
 
 __all__ = ["PPO", "ValueModel"]
 
@@ -79,14 +86,17 @@ class PPO:
         value_epochs: int | None = None,
         group_centering: str | None = None,
     ) -> None:
-        if not (0 <= gamma <= 1 and 0 <= lam <= 1):
-            raise ValueError(f"gamma and lam must be in [0, 1], got {gamma}, {lam}")
-        if value_clip is not None and value_clip <= 0:
-            raise ValueError(f"value_clip must be > 0 (or null: no clipping), got {value_clip}")
-        if value_epochs is not None and value_epochs < 1:
-            raise ValueError(f"value_epochs must be >= 1, got {value_epochs}")
-        if group_centering not in (None, "loo", "mean"):
-            raise ValueError(f"group_centering must be null, 'loo' or 'mean', got {group_centering!r}")  # fmt: skip
+        problems = self.check(
+            config,
+            gamma=gamma,
+            lam=lam,
+            value_lr=value_lr,
+            value_clip=value_clip,
+            value_epochs=value_epochs,
+            group_centering=group_centering,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         self.config = config
         self.gamma, self.lam = float(gamma), float(lam)
         self.value_clip = value_clip
@@ -94,6 +104,7 @@ class PPO:
         self.group_centering = group_centering
         self.value = ValueModel(model)
         self.value.train()
+        self.value_lr = value_lr
         self.optimizer = torch.optim.AdamW(
             self.value.parameters(),
             lr=value_lr if value_lr is not None else config.lr,
@@ -103,15 +114,43 @@ class PPO:
         self._old_values: torch.Tensor | None = None
         self._returns: torch.Tensor | None = None
 
+    @classmethod
+    def check(
+        cls,
+        config: TrainConfig,
+        *,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        value_lr: float | None = None,
+        value_clip: float | None = 0.2,
+        value_epochs: int | None = None,
+        group_centering: str | None = None,
+    ) -> list[str]:
+        """What is wrong with these options for this config (nothing: ``[]``)."""
+        problems = []
+        if not (0 <= gamma <= 1 and 0 <= lam <= 1):
+            problems.append(f"gamma and lam must be in [0, 1], got {gamma}, {lam}")
+        if value_lr is not None and not value_lr > 0:
+            problems.append(f"value_lr must be > 0, got {value_lr}")
+        if value_clip is not None and not value_clip > 0:
+            problems.append(f"value_clip must be > 0 (or null: no clipping), got {value_clip}")
+        if value_epochs is not None and value_epochs < 1:
+            problems.append(f"value_epochs must be >= 1, got {value_epochs}")
+        if group_centering not in (None, "loo", "mean"):
+            problems.append(f"group_centering must be null, 'loo' or 'mean', got {group_centering!r}")  # fmt: skip
+        elif group_centering is not None and config.k < 2:
+            problems.append(f"group_centering={group_centering!r} needs k >= 2")
+        return problems
+
     # -- advantages -----------------------------------------------------------------------------
 
     @torch.no_grad()
     def _values(self, tokens: TokenBatch) -> torch.Tensor:
-        out = torch.zeros(tokens.old_logprobs.shape, dtype=torch.float32)
-        rows = list(range(len(tokens)))
-        for mb in tokens.micro_batches(rows, None, size=self.config.micro_batch_size, device=self.config.device):  # fmt: skip
-            out[mb.rows, : mb.input_ids.size(1)] = self.value(mb.input_ids, mb.attention_mask).cpu()
-        return out
+        return tokens.score(
+            lambda mb: self.value(mb.input_ids, mb.attention_mask),
+            size=self.config.micro_batch_size,
+            device=self.config.device,
+        )
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         grid = torch.zeros(batch.rewards.shape, dtype=torch.float32)
@@ -131,12 +170,11 @@ class PPO:
         per_response = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
         grid.view(-1)[tokens.index] = per_response
         ret, val = returns[mask].double(), values[mask].double()
-        explained = 1.0 - (ret - val).var(unbiased=False) / ret.var(unbiased=False)
         metrics.update(
             {
                 "critic/value_mean": float(val.mean()) if val.numel() else 0.0,
                 "critic/return_mean": float(ret.mean()) if ret.numel() else 0.0,
-                "critic/explained_variance": float(explained) if ret.numel() > 1 else 0.0,
+                "critic/explained_variance": explained_variance(ret, val),
                 "critic/adv_mean": float(adv[mask].mean()) if mask.any() else 0.0,
                 "critic/adv_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
             }
@@ -163,44 +201,40 @@ class PPO:
         if not len(tokens) or self._returns is None or self._old_values is None:
             return {}
         config = self.config
-        summed: Counter[str] = Counter()
-        weights = 0.0
+        lr = (self.value_lr or config.lr) * lr_factor_at(config, step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        means = MetricMeans(per_step=frozenset({"value_loss"}))
         grad_norms = []
-        for epoch in range(self.value_epochs):
-            key = (config.seed, "critic-shuffle", step, epoch)
-            for rows in tokens.minibatches(config.minibatches, key):
-                micros = tokens.micro_batches(
-                    rows, None, size=config.micro_batch_size, device=config.device
+        steps = optimizer_steps(
+            tokens,
+            None,
+            epochs=self.value_epochs,
+            minibatches=config.minibatches,
+            shuffle_key=lambda epoch: (config.seed, "critic-shuffle", step, epoch),
+            micro_batch_size=config.micro_batch_size,
+            device=config.device,
+            reduction="token_mean",
+        )
+        for _, micros, norm in steps:
+            for mb in micros:
+                width = mb.input_ids.size(1)
+                values = self.value(mb.input_ids, mb.attention_mask)
+                loss, metrics = clipped_value_loss(
+                    values,
+                    self._old_values[mb.rows, :width].to(values.device),
+                    self._returns[mb.rows, :width].to(values.device),
+                    mb.action_mask,
+                    clip_eps=self.value_clip,
+                    normaliser=norm,
                 )
-                norm = build_normaliser("token_mean", [mb.action_mask for mb in micros])
-                for mb in micros:
-                    width = mb.input_ids.size(1)
-                    values = self.value(mb.input_ids, mb.attention_mask)
-                    loss, m = clipped_value_loss(
-                        values,
-                        self._old_values[mb.rows, :width].to(values.device),
-                        self._returns[mb.rows, :width].to(values.device),
-                        mb.action_mask,
-                        clip_eps=self.value_clip,
-                        normaliser=norm,
-                    )
-                    loss.backward()
-                    w = float(mb.tokens)
-                    for key, value in m.items():
-                        summed[key] += value * (1.0 if key == "value_loss" else w)
-                    weights += w
-                grad_norms.append(
-                    float(torch.nn.utils.clip_grad_norm_(self.value.parameters(), config.grad_clip))
-                )
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        steps = len(grad_norms)
-        out = {
-            f"critic/{k}": v / (steps if k == "value_loss" else max(weights, 1.0))
-            for k, v in summed.items()
-            if k in ("value_loss", "value_clip_frac")
-        }
-        out["critic/grad_norm"] = sum(grad_norms) / max(steps, 1)
+                loss.backward()
+                kept = {k: metrics[k] for k in ("value_loss", "value_clip_frac")}
+                means.add(kept, float(mb.tokens))
+            grad_norms.append(clip_and_step(self.value.parameters(), self.optimizer, config.grad_clip))  # fmt: skip
+        out = {f"critic/{k}": v for k, v in means.result(max(len(grad_norms), 1), 1).items()}
+        out["critic/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        out["critic/lr"] = lr
         self._old_values = self._returns = None
         return out
 

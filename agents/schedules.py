@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from forkgym.registry import Registry
 
-__all__ = ["LR_SCHEDULES", "lr_factor"]
+__all__ = ["LR_SCHEDULES", "lr_factor", "lr_factor_at"]
 
 
 def _constant(progress: float) -> float:
@@ -49,3 +50,14 @@ def lr_factor(
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, decay_steps - warmup_steps))
     return final_ratio + (1.0 - final_ratio) * shape(progress)
+
+
+def lr_factor_at(config: Any, step: int) -> float:
+    """:func:`lr_factor` for a training config (``lr_schedule``, ``warmup_steps``, ...)."""
+    return lr_factor(
+        config.lr_schedule,
+        step,
+        config.lr_decay_steps or config.steps,
+        config.warmup_steps,
+        config.lr_final_ratio,
+    )

@@ -28,4 +28,4 @@ def task_seeds(seed: int, stream: str, step: int, n: int) -> list[int]:
 
 def keyed_generator(*key: int | str) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded from ``key`` (e.g. a step's mini-batch shuffle)."""
-    return torch.Generator().manual_seed(request_seed(*key) % 2**63)
+    return torch.Generator().manual_seed(request_seed(*key))

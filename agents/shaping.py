@@ -10,22 +10,25 @@ stays readable (``reward_mean`` is always the env's):
   greedy branch too, so a ReMax baseline is on the same scale.
 * KL to the reference in the reward (``kl_in_reward``): ``kl_coef * sum_t k(t)`` over each
   response's action tokens, from the behaviour log-probs, subtracted before the estimator
-  (then centred and scaled with the reward), instead of added to the loss.
+  (then centred and scaled with the reward), instead of added to the loss. The greedy branch
+  gets no KL term: it is generated at temperature 1, not at the sampling temperature the
+  penalty is measured at, so a ReMax baseline shifts by the sampled responses' mean penalty
+  (an action-independent shift: no bias in the gradient).
 
 Invalid entries (infrastructure failures) are never touched: they carry no reward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
-from .learner import Learner
 from .losses import kl_reward_penalty
-from .sampling import apply_overlong_penalty, overlong_penalty
+from .sampling import apply_overlong_penalty
 
 __all__ = ["RewardShaping"]
 
@@ -33,10 +36,20 @@ __all__ = ["RewardShaping"]
 class RewardShaping:
     """The configured shaping terms; the identity (the same batch back) when none is on."""
 
-    def __init__(self, config: TrainConfig, learner: Learner, *, budget: int) -> None:
-        """``budget``: the episode's generation budget (``max_new_tokens`` times turns)."""
+    def __init__(
+        self,
+        config: TrainConfig,
+        reference: Callable[[TokenBatch], torch.Tensor] | None,
+        *,
+        budget: int,
+    ) -> None:
+        """``reference(tokens) -> [N, T]``: the reference model's log-probs of the rows (for
+        KL in the reward); ``budget``: the episode's generation budget (``max_new_tokens``
+        times turns)."""
+        if config.kl_in_reward and reference is None:
+            raise ValueError("kl_in_reward needs the reference model's log-probs")
         self.config = config
-        self.learner = learner
+        self.reference = reference
         self.max_length = config.overlong_max_tokens or budget
         if config.overlong_buffer > self.max_length:
             raise ValueError(
@@ -60,8 +73,8 @@ class RewardShaping:
         valid = batch.valid
         if config.overlong_buffer:
             shape = {"max_length": self.max_length, "cache_length": config.overlong_buffer}
-            pen = overlong_penalty(batch.lengths, **shape)
             rewards = apply_overlong_penalty(rewards, batch.lengths, valid, **shape)
+            pen = torch.where(valid, rewards - batch.rewards, 0.0)
             metrics["shaping/overlong_penalty_mean"] = _mean(pen, valid)
             metrics["shaping/overlong_penalized_of_responses"] = _mean((pen < 0).double(), valid)
             if greedy is not None and batch.greedy_lengths is not None:
@@ -69,7 +82,8 @@ class RewardShaping:
                     greedy[:, None], batch.greedy_lengths[:, None], batch.greedy_valid[:, None], **shape
                 ).squeeze(1)  # fmt: skip
         if config.kl_in_reward and len(tokens):
-            ref = self.learner.reference_logprobs(tokens)
+            assert self.reference is not None
+            ref = self.reference(tokens)
             per_row = kl_reward_penalty(
                 tokens.old_logprobs,
                 ref,

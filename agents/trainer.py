@@ -100,7 +100,8 @@ class Trainer:
         )
         budget = config.max_new_tokens * self.rollouts.max_turns
         self.learner = Learner(self.model, config, max_new_tokens=budget)
-        self.shaping = RewardShaping(config, self.learner, budget=budget)
+        reference = self.learner.reference_logprobs if self.learner.reference is not None else None  # fmt: skip
+        self.shaping = RewardShaping(config, reference, budget=budget)
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
         self.step = 0
         if resume:
@@ -174,7 +175,7 @@ class Trainer:
                 "lr": lr,
                 "reduction": self.learner.reduction,
                 "weight_version": self.policy.weight_version,
-                "time/estimator": time_advantages,
+                "time/advantages": time_advantages,
                 "time/update": time_update,
                 **update.timing,
                 "time/sync": time_sync,
@@ -257,5 +258,4 @@ class Trainer:
         self.algorithm.load_state_dict(restored.algorithm)
         self.step = restored.step
         torch.set_rng_state(restored.torch_rng)
-        while self.policy.weight_version < restored.weight_version:
-            self.policy.sync_weights(self.model)
+        self.policy.sync_weights(self.model, version=restored.weight_version)

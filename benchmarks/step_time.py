@@ -69,7 +69,7 @@ def main() -> int:
                 "generation": m["time/generate"],
                 "verification": verifier.seconds,
                 "env (reset, step, tools)": m["time/env_and_verify"] - verifier.seconds,
-                "estimator": m["time/estimator"],
+                "advantages": m["time/advantages"],
                 "forward + loss": m.get("time/forward_and_loss", 0.0),
                 "backward": m.get("time/backward", 0.0),
                 "optimizer": m.get("time/optimizer", 0.0),

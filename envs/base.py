@@ -113,15 +113,14 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         self.identity: dict[str, Any] = {}  # more of what decides tasks (e.g. a data file hash)
         if system_prompt is not _Default:  # None: no system message (short prompts for tiny models)
             self.system_prompt = system_prompt  # type: ignore[assignment]
+        if not isinstance(rewards, RewardMap):  # {"invalid": -0.5} from a config file
+            rewards = RewardMap.from_mapping(rewards)
         self._common = {
             "rewards": rewards,
             "max_turns": max_turns,
             "max_chars": max_chars,
             "system_prompt": system_prompt,
         }
-        if not isinstance(rewards, RewardMap):  # {"invalid": -0.5} from a config file
-            rewards = RewardMap.from_mapping(rewards)
-        self._common["rewards"] = rewards
         self.verifier = verifier
         self.rewards = rewards
         self.max_turns = max_turns

@@ -63,7 +63,6 @@ HELD_OUT_RUN: dict[str, Any] = {
     "eval_k": 0,
     "checkpoint_every": 0,
     "keep_checkpoints": 1,
-    "progress": False,
 }
 
 

@@ -44,7 +44,7 @@ def test_the_grids_hold_what_the_episodes_say():
     assert counts[Status.CORRECT] == 2 and counts[Status.TIMEOUT] == 1 and sum(counts.values()) == 6
     assert b.greedy_diverged.tolist() == [-1, -1]
     plain = batch(greedy=False)
-    assert plain.greedy_rewards is None and not plain.has_greedy
+    assert plain.greedy_rewards is None and plain.greedy_valid is None
 
 
 def test_select_head_and_cat_keep_rows_together():
@@ -52,10 +52,9 @@ def test_select_head_and_cat_keep_rows_together():
     second = b.select(torch.tensor([False, True]))
     assert second.prompts == 1 and second.groups[0].task_id == "t1"
     assert second.lengths.tolist() == [[2, 3, 4]] and second.greedy_lengths.tolist() == [2]
-    joined = RolloutBatch.cat([second, b.head(1)], RolloutCost(turns=3))
+    joined = RolloutBatch.cat([second, b.select(torch.tensor([0]))], RolloutCost(turns=3))
     assert [g.task_id for g in joined.groups] == ["t1", "t0"] and joined.cost.turns == 3
     assert joined.lengths.tolist() == [[2, 3, 4], [1, 2, 3]]
-    assert b.head(5) is b
 
 
 def test_mismatched_groups_are_refused():

@@ -21,7 +21,7 @@ def test_file_then_values_then_overrides(tmp_path):
     assert config.lr == 3e-4
     assert config.env_kwargs == {"digits": 2, "terms": 3} and config.betas == (0.8, 0.9)
     (tmp_path / "c.yaml").write_text("estimator: remax\nk: 1\n")
-    assert TrainConfig.load(tmp_path / "c.yaml").needs_greedy
+    assert TrainConfig.load(tmp_path / "c.yaml").estimator == "remax"  # K = 1 is fine for ReMax
 
 
 @pytest.mark.parametrize(
@@ -72,3 +72,58 @@ def test_a_plugin_file_registers_an_estimator_the_config_can_name(tmp_path):
         TrainConfig(plugins=["no_such_module"])
     with pytest.raises(ConfigError, match="no such file"):
         TrainConfig(plugins=[str(tmp_path / "missing.py")])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"max_resample_rounds": -1, "dynamic_sampling": True}, "max_resample_rounds=-1"),
+        (
+            {"dynamic_sampling": True, "k": 1, "estimator": "remax"},
+            "dynamic_sampling=True needs k >= 2",
+        ),
+        ({"grad_clip": -1.0}, "grad_clip=-1.0 must be > 0"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"eval_episodes": 0}, "eval_episodes=0"),
+        ({"eval_k": -1}, "eval_k=-1"),
+        (
+            {"loss_kwargs": {"reduction": "seq_sum"}},
+            r"loss_kwargs \['reduction'\]: set them as config keys",
+        ),
+        ({"backend_kwargs": {"share_modle": False}}, "backend_kwargs"),
+        ({"algorithm": "ppo", "algorithm_kwargs": {"gamma": 5}}, "gamma and lam must be in"),
+        (
+            {"algorithm": "ppo", "k": 1, "algorithm_kwargs": {"group_centering": "loo"}},
+            "needs k >= 2",
+        ),
+    ],
+)
+def test_values_that_would_fail_later_are_refused_now(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**values)
+
+
+def test_the_estimator_is_checked_only_where_it_is_used():
+    TrainConfig(algorithm="ppo", k=1)  # rloo would need k >= 2, but ppo uses no estimator
+    with pytest.raises(ConfigError, match="needs k >= 2"):
+        TrainConfig(algorithm="critic_free", k=1)
+
+
+def test_plugin_files_of_one_name_in_two_folders_both_load(tmp_path):
+    from forkgym.agents.estimators import ESTIMATORS
+
+    paths = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "plugin.py"
+        path.write_text(
+            "from forkgym.agents.estimators import ESTIMATORS, Estimator\n"
+            f"ESTIMATORS.register('test_plugin_{folder}', type('E', (Estimator,), {{}}))\n"
+        )
+        paths.append(str(path))
+    try:
+        TrainConfig(plugins=paths, estimator="test_plugin_b")
+        assert {"test_plugin_a", "test_plugin_b"} <= set(ESTIMATORS)
+    finally:
+        ESTIMATORS.pop("test_plugin_a", None)
+        ESTIMATORS.pop("test_plugin_b", None)

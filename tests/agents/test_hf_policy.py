@@ -323,6 +323,8 @@ def test_sync_weights(model_dir, prompts):
     assert policy.generate(requests) == HFPolicy(third, tokenizer).generate(requests)
     policy.sync_weights(policy.model)  # its own module: nothing to copy
     assert policy.weight_version == 4 and policy.model is model
+    policy.sync_weights(policy.model, version=4)  # a resume sets the version it had
+    assert policy.weight_version == 4
     partial = dict(other.state_dict())
     partial.pop("model.norm.weight")
     with pytest.raises(RuntimeError, match="Missing key"):

@@ -62,3 +62,14 @@ def test_epochs_and_minibatches_make_that_many_optimizer_steps(model):
     update = Learner(copy.deepcopy(model), cfg, max_new_tokens=8).update(tokens, torch.ones(5), 0)
     assert update.optimizer_steps == 4 and update.metrics["tokens"] == 20  # per epoch
     assert Learner(copy.deepcopy(model), cfg, max_new_tokens=8).set_lr(0) == cfg.lr
+
+
+def test_a_step_with_nothing_left_in_the_loss_does_not_move_the_weights(model):
+    tokens = tokens_of(["truncated", "truncated"], [4, 5])
+    m = copy.deepcopy(model)
+    before = [p.detach().clone() for p in m.parameters()]
+    cfg = TrainConfig(mask_truncated=True, weight_decay=0.1)
+    update = Learner(m, cfg, max_new_tokens=8).update(tokens, torch.tensor([1.0, -1.0]), 0)
+    assert update.optimizer_steps == 0 and update.tokens_trained == 0
+    assert update.metrics["truncated_responses"] == 2
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters(), strict=True))

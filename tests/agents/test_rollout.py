@@ -44,7 +44,7 @@ class ScriptedPolicy:
     def logprobs(self, sequences, starts, temperature=1.0):  # pragma: no cover - unused
         raise NotImplementedError
 
-    def sync_weights(self, state_dict=None) -> None:  # pragma: no cover - unused
+    def sync_weights(self, weights=None, version=None) -> None:  # pragma: no cover - unused
         self.weight_version += 1
 
 

@@ -6,8 +6,6 @@ import torch
 from forkgym.agents.batch import RolloutBatch, TokenBatch
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.episode import Episode, Group
-from forkgym.agents.learner import Learner
-from forkgym.agents.models import load_policy_model
 from forkgym.agents.runlog import read_metrics
 from forkgym.agents.shaping import RewardShaping
 from forkgym.agents.trainer import Trainer
@@ -30,31 +28,25 @@ def grid_batch(lengths, statuses, greedy_length=None):
     return RolloutBatch.from_groups(groups, len(lengths[0]))
 
 
-@pytest.fixture
-def learner(tiny_model_dir):
-    model, _ = load_policy_model(tiny_model_dir)
-    return lambda cfg: Learner(model, cfg, max_new_tokens=cfg.max_new_tokens)
-
-
-def test_off_by_default_it_hands_back_the_same_batch(learner):
+def test_off_by_default_it_hands_back_the_same_batch():
     cfg = TrainConfig(max_new_tokens=10)
     batch = grid_batch([[3, 9]], [["correct", "incorrect"]])
-    shaped, metrics = RewardShaping(cfg, learner(cfg), budget=10)(batch, TokenBatch.from_rollouts(batch, 0))  # fmt: skip
+    shaped, metrics = RewardShaping(cfg, None, budget=10)(batch, TokenBatch.from_rollouts(batch, 0))
     assert shaped is batch and metrics == {}
 
 
-def test_overlong_punishment_on_valid_responses_and_the_greedy_branch(learner):
+def test_overlong_punishment_on_valid_responses_and_the_greedy_branch():
     cfg = TrainConfig(max_new_tokens=10, overlong_buffer=4)  # 0 up to 6 tokens, -1 at 10
     batch = grid_batch([[3, 8, 10, 10]], [["correct", "correct", "incorrect", "error"]], greedy_length=8)  # fmt: skip
-    shaping = RewardShaping(cfg, learner(cfg), budget=10)
+    shaping = RewardShaping(cfg, None, budget=10)
     shaped, metrics = shaping(batch, TokenBatch.from_rollouts(batch, 0))
     assert shaped.rewards[0, :3].tolist() == [1.0, 0.5, -1.0]
     assert torch.isnan(shaped.rewards[0, 3])  # no reward to shape: it stays out
     assert shaped.greedy_rewards.tolist() == [0.5]
     assert batch.rewards[0, 1] == 1.0  # the env's rewards are not changed
     assert metrics["shaping/overlong_penalized_of_responses"] == pytest.approx(2 / 3)
-    with pytest.raises(ValueError, match="exceeds"):
-        RewardShaping(TrainConfig(max_new_tokens=10, overlong_buffer=5, overlong_max_tokens=4), learner(cfg), budget=10)  # fmt: skip
+    with pytest.raises(ValueError, match="exceeds"):  # longer than a 1-turn env's budget
+        RewardShaping(TrainConfig(max_new_tokens=10, overlong_buffer=12), None, budget=10)
 
 
 def test_kl_in_the_reward_replaces_kl_in_the_loss(tmp_path, tiny_model_dir):
@@ -82,3 +74,7 @@ def test_shaping_options_are_validated():
         TrainConfig(kl_in_reward=True)
     with pytest.raises(ConfigError, match="overlong_buffer=-1"):
         TrainConfig(overlong_buffer=-1)
+    with pytest.raises(ConfigError, match="overlong_max_tokens=4 needs overlong_buffer > 0 and must be >= overlong_buffer"):  # fmt: skip
+        TrainConfig(overlong_buffer=5, overlong_max_tokens=4)
+    with pytest.raises(ConfigError, match="overlong_max_tokens=4 needs overlong_buffer > 0"):
+        TrainConfig(overlong_max_tokens=4)

@@ -234,8 +234,8 @@ def test_a_user_estimator_that_declares_a_greedy_branch_gets_one(tmp_path, warm_
             tmp_path, warm_model_dir, "gap", estimator="test_half_greedy_gap", steps=2,
             eval_every=0, env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12,
         )  # fmt: skip
-        assert cfg.needs_greedy
         trainer = Trainer(cfg)
+        assert trainer.algorithm.needs_greedy and trainer.rollouts.greedy
         trainer.run()
     finally:
         del ESTIMATORS["test_half_greedy_gap"]
