@@ -90,3 +90,22 @@ def test_model_init_sft_train_eval_runs(tmp_path):
 def test_train_rejects_bad_config_keys(tmp_path):
     result = runner.invoke(app, ["train", "--out", str(tmp_path / "x"), "stepz=3"])
     assert result.exit_code == 2 and "unknown config key" in result.stdout + str(result.output)
+
+
+def test_train_reaches_every_part_from_the_command_line(tmp_path, warm_model_dir):
+    """PPO with a critic, a separate generation copy, DAPO's overlong handling and KL in the
+    reward: all from --algorithm and key=value overrides."""
+    run = tmp_path / "ppo"
+    args = ["train", "--model", str(warm_model_dir), "--env", "Arithmetic-v0", "--algorithm", "ppo",
+            "--steps", "1", "--out", str(run), "--no-progress", "env_kwargs.system_prompt=null",
+            "env_kwargs.operations=+", "env_kwargs.digits=1", "prompts_per_step=2", "k=2",
+            "max_new_tokens=8", "eval_every=0", "algorithm_kwargs.lam=0.9",
+            "backend_kwargs.share_model=false", "overlong_buffer=4", "mask_truncated=true",
+            "kl_coef=0.01", "kl_in_reward=true"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("critic/value_loss", "shaping/overlong_penalty_mean", "shaping/kl_penalty_mean"):
+        assert key in last, key
+    bad = runner.invoke(app, ["train", "--out", str(tmp_path / "x"), "--algorithm", "a2c"])
+    assert bad.exit_code == 2 and "algorithm='a2c' is not one of" in bad.output

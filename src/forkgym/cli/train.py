@@ -74,6 +74,10 @@ def train(
     estimator: Annotated[
         str | None, typer.Option(help="rloo, grpo, dr_grpo, remax, reinforce, ...")
     ] = None,
+    algorithm: Annotated[
+        str | None,
+        typer.Option(help="critic_free (the estimator) or ppo (a learned critic)."),
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
     seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
     out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
@@ -85,7 +89,8 @@ def train(
         bool, typer.Option("--progress/--no-progress", help="Show the live progress bar.")
     ] = True,
 ) -> None:
-    """Train a policy with a critic-free estimator; metrics, checkpoints and config in --out."""
+    """Train a policy (a critic-free estimator, or PPO with a learned critic); metrics,
+    checkpoints and the resolved config go to --out. Any config key can be set as key=value."""
     from forkgym.agents.config import ConfigError, TrainConfig
     from forkgym.agents.trainer import Trainer
 
@@ -93,6 +98,7 @@ def train(
         "model": model,
         "env": _env_id(env) if env else None,
         "estimator": estimator,
+        "algorithm": algorithm,
         "steps": steps,
         "seed": seed,
         "out": out,
