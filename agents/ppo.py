@@ -24,6 +24,7 @@ value loss, value-clip fraction, the value model's gradient norm and learning ra
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .schedules import lr_factor_at
 
-__all__ = ["PPO", "ValueModel"]
+__all__ = ["PPO", "PPOOptions", "ValueModel"]
 
 
 class ValueModel(torch.nn.Module):
@@ -67,6 +68,35 @@ class ValueModel(torch.nn.Module):
         return torch.nn.functional.pad(values, (1, 0))
 
 
+@dataclass(frozen=True)
+class PPOOptions:
+    """PPO's own options (``algorithm_kwargs``); see the module docstring."""
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_lr: float | None = None  # None: the run's lr
+    value_clip: float | None = 0.2  # None: the plain squared error
+    value_epochs: int | None = None  # None: the run's ppo_epochs
+    group_centering: str | None = None  # None, "loo" or "mean"
+
+    def problems(self, config: TrainConfig) -> list[str]:
+        """What is wrong with these options for this config (nothing: ``[]``)."""
+        out = []
+        if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
+            out.append(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
+        if self.value_lr is not None and not self.value_lr > 0:
+            out.append(f"value_lr must be > 0, got {self.value_lr}")
+        if self.value_clip is not None and not self.value_clip > 0:
+            out.append(f"value_clip must be > 0 (or null: no clipping), got {self.value_clip}")
+        if self.value_epochs is not None and self.value_epochs < 1:
+            out.append(f"value_epochs must be >= 1, got {self.value_epochs}")
+        if self.group_centering not in (None, "loo", "mean"):
+            out.append(f"group_centering must be null, 'loo' or 'mean', got {self.group_centering!r}")  # fmt: skip
+        elif self.group_centering is not None and config.k < 2:
+            out.append(f"group_centering={self.group_centering!r} needs k >= 2")
+        return out
+
+
 @ALGORITHMS.register("ppo")
 class PPO:
     """A learned critic: GAE advantages per action token, a clipped value loss."""
@@ -74,40 +104,18 @@ class PPO:
     needs_greedy = False
     token_advantages = True  # the loss must take [N, T] advantages
 
-    def __init__(
-        self,
-        config: TrainConfig,
-        model: torch.nn.Module,
-        *,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        value_lr: float | None = None,
-        value_clip: float | None = 0.2,
-        value_epochs: int | None = None,
-        group_centering: str | None = None,
-    ) -> None:
-        problems = self.check(
-            config,
-            gamma=gamma,
-            lam=lam,
-            value_lr=value_lr,
-            value_clip=value_clip,
-            value_epochs=value_epochs,
-            group_centering=group_centering,
-        )
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, **options: Any) -> None:
+        self.options = PPOOptions(**options)
+        problems = self.options.problems(config)
         if problems:
             raise ValueError("; ".join(problems))
         self.config = config
-        self.gamma, self.lam = float(gamma), float(lam)
-        self.value_clip = value_clip
-        self.value_epochs = value_epochs or config.ppo_epochs
-        self.group_centering = group_centering
+        self.value_epochs = self.options.value_epochs or config.ppo_epochs
         self.value = ValueModel(model)
         self.value.train()
-        self.value_lr = value_lr
         self.optimizer = torch.optim.AdamW(
             self.value.parameters(),
-            lr=value_lr if value_lr is not None else config.lr,
+            lr=self.options.value_lr or config.lr,
             betas=config.betas,
             weight_decay=config.weight_decay,
         )
@@ -115,32 +123,12 @@ class PPO:
         self._returns: torch.Tensor | None = None
 
     @classmethod
-    def check(
-        cls,
-        config: TrainConfig,
-        *,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        value_lr: float | None = None,
-        value_clip: float | None = 0.2,
-        value_epochs: int | None = None,
-        group_centering: str | None = None,
-    ) -> list[str]:
+    def check(cls, config: TrainConfig, **options: Any) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
-        problems = []
-        if not (0 <= gamma <= 1 and 0 <= lam <= 1):
-            problems.append(f"gamma and lam must be in [0, 1], got {gamma}, {lam}")
-        if value_lr is not None and not value_lr > 0:
-            problems.append(f"value_lr must be > 0, got {value_lr}")
-        if value_clip is not None and not value_clip > 0:
-            problems.append(f"value_clip must be > 0 (or null: no clipping), got {value_clip}")
-        if value_epochs is not None and value_epochs < 1:
-            problems.append(f"value_epochs must be >= 1, got {value_epochs}")
-        if group_centering not in (None, "loo", "mean"):
-            problems.append(f"group_centering must be null, 'loo' or 'mean', got {group_centering!r}")  # fmt: skip
-        elif group_centering is not None and config.k < 2:
-            problems.append(f"group_centering={group_centering!r} needs k >= 2")
-        return problems
+        try:
+            return PPOOptions(**options).problems(config)
+        except TypeError as exc:  # an unknown option
+            return [f"algorithm_kwargs={options!r}: {exc}"]
 
     # -- advantages -----------------------------------------------------------------------------
 
@@ -160,10 +148,14 @@ class PPO:
         values = self._values(tokens)
         scores = batch.rewards.reshape(-1)[tokens.index].to(torch.float32)
         adv, returns = gae(
-            terminal_rewards(scores, mask), values, mask, gamma=self.gamma, lam=self.lam
+            terminal_rewards(scores, mask),
+            values,
+            mask,
+            gamma=self.options.gamma,
+            lam=self.options.lam,
         )
         metrics: dict[str, float] = {}
-        if self.group_centering is not None:
+        if self.options.group_centering is not None:
             adv, stats = self._centred(adv, batch, tokens)
             metrics.update({f"critic/centering_{k}": v for k, v in stats.items()})
         self._old_values, self._returns = values, returns
@@ -191,7 +183,7 @@ class PPO:
         full_mask = torch.zeros((rows, width), dtype=torch.bool)
         full[tokens.index], full_mask[tokens.index] = adv, tokens.action_mask
         centred, stats = critic_group_centered(
-            full, full_mask, batch.k, batch.valid, mode=self.group_centering or "loo"
+            full, full_mask, batch.k, batch.valid, mode=self.options.group_centering or "loo"
         )
         return centred[tokens.index], stats
 
@@ -201,7 +193,7 @@ class PPO:
         if not len(tokens) or self._returns is None or self._old_values is None:
             return {}
         config = self.config
-        lr = (self.value_lr or config.lr) * lr_factor_at(config, step)
+        lr = (self.options.value_lr or config.lr) * lr_factor_at(config, step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         means = MetricMeans(per_step=frozenset({"value_loss"}))
@@ -225,7 +217,7 @@ class PPO:
                     self._old_values[mb.rows, :width].to(values.device),
                     self._returns[mb.rows, :width].to(values.device),
                     mb.action_mask,
-                    clip_eps=self.value_clip,
+                    clip_eps=self.options.value_clip,
                     normaliser=norm,
                 )
                 loss.backward()
