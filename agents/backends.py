@@ -6,9 +6,18 @@ module when called. After every optimizer step the trainer calls
 ``policy.sync_weights(model)`` with its training model; the backend decides what that costs
 (nothing for a policy on the trainer's own module, a copy for a separate engine).
 
-``transformers`` (:class:`~forkgym.agents.hf_policy.HFPolicy`): ``share_model=True`` (the
-default) generates with the training module itself; ``share_model=False`` with a separate
-copy that ``sync_weights`` overwrites, the shape a separate engine (vLLM) has.
+``transformers`` (alias ``hf``; :class:`~forkgym.agents.hf_policy.HFPolicy`):
+``share_model=True`` (the default) generates with the training module itself;
+``share_model=False`` with a separate copy that ``sync_weights`` overwrites, the shape a
+separate engine has.
+
+``vllm`` (:class:`~forkgym.agents.vllm_policy.VLLMPolicy`): an in-process vLLM engine started
+from the directory the model came from (``model_path`` to override); its options are the
+policy's (``bucket_mb``, ``dtype``, ``sleep_level``, ``engine_kwargs``, ...).
+
+``openai`` (:class:`~forkgym.agents.openai_policy.OpenAIPolicy`): a running completions server
+(``base_url``); a frozen policy, for evaluation and rollouts, never for training
+(``trainable = False``).
 """
 
 from __future__ import annotations
@@ -59,3 +68,70 @@ def _transformers(
         # down other kernels (log-probs ~1e-6 off the shared model's)
         model = copy.deepcopy(model)
     return HFPolicy(model, tokenizer, device=device, seed=seed, max_batch=max_batch)
+
+
+BACKENDS["hf"] = BACKENDS["transformers"]
+
+
+@BACKENDS.register("vllm")
+def _vllm(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    *,
+    device: str,
+    seed: int,
+    model_path: str | None = None,
+    bucket_mb: float = 64.0,
+    dtype: str = "float32",
+    max_model_len: int | None = 2048,
+    kv_cache_gib: int = 1,
+    gpu_memory_utilization: float = 0.4,
+    sleep_level: int = 1,
+    allow_truncated_sampling: bool = False,
+    engine_kwargs: dict[str, Any] | None = None,
+) -> Policy:
+    from .vllm_policy import VLLMPolicy
+
+    options: dict[str, Any] = {
+        "seed": seed,
+        "bucket_mb": bucket_mb,
+        "dtype": dtype,
+        "max_model_len": max_model_len,
+        "kv_cache_gib": kv_cache_gib,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "sleep_level": sleep_level,
+        "allow_truncated_sampling": allow_truncated_sampling,
+        "engine_kwargs": engine_kwargs,
+    }
+    if model_path is not None:
+        return VLLMPolicy(model_path, tokenizer, **options)
+    return VLLMPolicy.from_module(model, tokenizer, **options)
+
+
+@BACKENDS.register("openai")
+def _openai(
+    model: torch.nn.Module | None,
+    tokenizer: Any,
+    *,
+    device: str,
+    seed: int,
+    base_url: str = "http://127.0.0.1:8000/v1",
+    served_model: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 300.0,
+    concurrency: int = 16,
+) -> Policy:
+    from .openai_policy import OpenAIPolicy
+
+    return OpenAIPolicy(
+        base_url,
+        tokenizer,
+        model=served_model,
+        api_key=api_key,
+        seed=seed,
+        timeout_s=timeout_s,
+        concurrency=concurrency,
+    )
+
+
+_openai.trainable = False  # type: ignore[attr-defined]

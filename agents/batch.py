@@ -190,6 +190,7 @@ class MicroBatch:
     action_mask: torch.Tensor  # [B, T] bool
     old_logprobs: torch.Tensor  # [B, T] float32, 0 off the action mask
     advantages: torch.Tensor  # [B] (response-level) or [B, T] (token-level, a critic's)
+    is_weights: torch.Tensor | None = None  # [B, T] train/serve correction weights (drift.py)
 
     @property
     def tokens(self) -> int:
@@ -213,6 +214,7 @@ class TokenBatch:
     old_logprobs: torch.Tensor  # [N, T] float32
     lengths: torch.Tensor  # [N] int64, tokens in the row (prompt, actions, observations)
     truncated: torch.Tensor  # [N] bool
+    is_weights: torch.Tensor | None = None  # [N, T] float32, see forkgym.agents.drift
 
     @classmethod
     def from_rollouts(cls, batch: RolloutBatch, pad_id: int) -> TokenBatch:
@@ -275,6 +277,11 @@ class TokenBatch:
     def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
         return replace(self, action_mask=action_mask)
 
+    def with_correction(self, old_logprobs: torch.Tensor, is_weights: torch.Tensor) -> TokenBatch:
+        """The same rows with the loss's ratio anchored at ``old_logprobs`` (the trainer's own)
+        and each token's policy term scaled by ``is_weights``."""
+        return replace(self, old_logprobs=old_logprobs, is_weights=is_weights)
+
     def micro_batches(
         self,
         rows: Sequence[int],
@@ -300,6 +307,9 @@ class TokenBatch:
                     action_mask=self.action_mask[index, :width].to(device),
                     old_logprobs=self.old_logprobs[index, :width].to(device),
                     advantages=adv.to(device),
+                    is_weights=None
+                    if self.is_weights is None
+                    else self.is_weights[index, :width].to(device),
                 )
             )
         return out

@@ -51,6 +51,9 @@ class TrainConfig:
     k: int = 8  # sampled branches per task
     temperature: float = 1.0
     top_p: float = 1.0
+    # top_p < 1 samples from a truncated, renormalised distribution that the loss does not
+    # model: refused unless the user accepts that bias (docs/training.md)
+    allow_truncated_sampling: bool = False
     max_new_tokens: int = 32  # per assistant turn
     lr: float = 1e-4  # the peak rate; the tiny default model; hub models want ~1e-6
     lr_schedule: str = "constant"  # constant | linear | cosine (agents/schedules.py)
@@ -72,6 +75,13 @@ class TrainConfig:
     overlong_max_tokens: int | None = None  # ... ending at this length (None: the budget)
     mask_truncated: bool = False  # DAPO's overlong filtering: truncated responses out of the loss
     diagnose_losses: bool = False  # stratify per-response losses too (diag/loss/by_*)
+    # train/serve drift (agents/drift.py): None measures it when the backend generates with
+    # weights of its own (not the trainer's module); corrections: tis, seq_mask, geo_mask
+    measure_drift: bool | None = None
+    rollout_correction: list[str] = field(default_factory=list)
+    tis_clamp: float = 2.0
+    seq_mask_band: tuple[float, float] = (0.5, 2.0)
+    geo_mask_band: tuple[float, float] = (0.99, 1.01)
     eval_every: int = 25
     eval_episodes: int = 128
     eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)
@@ -94,6 +104,36 @@ class TrainConfig:
             ("k", self.k >= 1, "must be >= 1"),
             ("temperature", self.temperature > 0, "must be > 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            (
+                "top_p",
+                self.top_p == 1 or self.allow_truncated_sampling,
+                "< 1 samples from the renormalised nucleus, while the loss's ratios use the "
+                "full-vocabulary log-probs (and an engine's returned log-probs are renormalised "
+                "over the nucleus): every importance ratio of such a sample is biased. Set "
+                "allow_truncated_sampling=true to train with it anyway",
+            ),
+            (
+                "rollout_correction",
+                isinstance(self.rollout_correction, list)
+                and set(self.rollout_correction) <= {"tis", "seq_mask", "geo_mask"},
+                "must be a list of tis, seq_mask, geo_mask",
+            ),
+            (
+                "rollout_correction",
+                not self.rollout_correction or self.measure_drift is not False,
+                "needs the drift measurement (measure_drift must not be false)",
+            ),
+            ("tis_clamp", self.tis_clamp >= 1, "must be >= 1"),
+            (
+                "seq_mask_band",
+                _is_band(self.seq_mask_band),
+                "must be [low, high] with low <= 1 <= high",
+            ),
+            (
+                "geo_mask_band",
+                _is_band(self.geo_mask_band),
+                "must be [low, high] with low <= 1 <= high",
+            ),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
             ("lr", self.lr > 0, "must be > 0"),
             ("warmup_steps", self.warmup_steps >= 0, "must be >= 0"),
@@ -134,6 +174,8 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid training config: " + "; ".join(problems))
         self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.seq_mask_band = tuple(self.seq_mask_band)  # type: ignore[assignment]
+        self.geo_mask_band = tuple(self.geo_mask_band)  # type: ignore[assignment]
 
     def _named_parts(self) -> list[str]:
         """Registered names and their keyword options, checked by building each part once."""
@@ -168,6 +210,11 @@ class TrainConfig:
                 )
             else:
                 problems += option_problems("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+        if self.backend in BACKENDS and not getattr(BACKENDS[self.backend], "trainable", True):
+            problems.append(
+                f"backend={self.backend!r} serves a frozen policy (evaluation and rollouts): "
+                "it cannot take the trainer's weights"
+            )
         if self.backend in BACKENDS:
             fixed = {"model": None, "tokenizer": None, "device": None, "seed": None}
             problems += _accepts("backend_kwargs", BACKENDS[self.backend], self.backend_kwargs, **fixed)  # fmt: skip
@@ -217,6 +264,10 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+
+def _is_band(band: Any) -> bool:
+    return len(band) == 2 and 0 <= band[0] <= 1 <= band[1]
 
 
 def load_plugins(plugins: list[str]) -> list[str]:

@@ -42,7 +42,7 @@ import torch
 
 from .logprobs import position_ids_from_mask, token_logprobs
 from .padding import pad_sequences, padding_mask
-from .policy import Generation, GenerationRequest
+from .policy import Generation, GenerationRequest, check_scoring, request_seeds
 
 __all__ = ["HFPolicy"]
 
@@ -105,39 +105,32 @@ class HFPolicy:
 
     def sync_weights(
         self, weights: torch.nn.Module | Mapping[str, Any] | None = None, version: int | None = None
-    ) -> None:
+    ) -> dict[str, float]:
         """Take the trainer's weights, then move the version (to ``version`` if given).
 
         ``weights`` is the trainer's model or its ``state_dict``. When it is this policy's own
         module (or ``None``: the caller says the model is shared) nothing is copied; otherwise
         the weights are loaded (strict: every key of the model, nothing else).
         """
+        copied = 0
         if weights is not None and weights is not self.model:
             state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
             with torch.no_grad():
                 self.model.load_state_dict(state, strict=True)
+            copied = sum(t.numel() * t.element_size() for t in state.values())
         self._version = self._version + 1 if version is None else int(version)
+        return {"bytes": float(copied)}
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         requests = list(requests)
         vocab = self._vocab_size()
         for i, request in enumerate(requests):  # all checks first: nothing runs or is drawn
-            if not request.prompt_ids:
-                raise ValueError(f"request {i} has an empty prompt")
             for t in request.params.stop_token_ids:
                 if not 0 <= t < vocab:
                     raise ValueError(
                         f"request {i}: stop token id {t} is outside the vocabulary (size {vocab})"
                     )
-        seeds: list[int | None] = []
-        for request in requests:
-            params = request.params
-            if params.greedy:
-                seeds.append(None)
-            elif params.seed is not None:
-                seeds.append(int(params.seed))
-            else:  # unseeded: a seed from the policy's own stream, in request order
-                seeds.append(int(torch.randint(2**62, (1,), generator=self._seed_stream)))
+        seeds = request_seeds(requests, self._seed_stream)
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         results: list[Generation | None] = [None] * len(requests)
         was_training = self.model.training
@@ -163,15 +156,9 @@ class HFPolicy:
     ) -> list[torch.Tensor]:
         """Float32 CPU tensors: log-probs of ``sequences[i][starts[i]:]`` given their prefixes,
         at ``temperature`` (full vocabulary). ``starts[i]`` must be in ``1 .. len``."""
-        if len(sequences) != len(starts):
-            raise ValueError("need one start per sequence")
         if not temperature > 0:
             raise ValueError("temperature must be > 0")
-        for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
-            if not 1 <= start <= len(seq):
-                raise ValueError(
-                    f"starts[{i}] = {start} must be in 1..{len(seq)} (the first token has no prefix)"
-                )
+        check_scoring(sequences, starts)
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         results: list[torch.Tensor | None] = [None] * len(sequences)
         was_training = self.model.training

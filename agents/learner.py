@@ -92,6 +92,19 @@ class Learner:
             self._reference, size=self.config.micro_batch_size, device=self.config.device
         )
 
+    @torch.no_grad()
+    def current_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
+        """``[N, T]`` log-probs of every row under the training model as it is now (before the
+        update): what a separate engine's behaviour log-probs are compared with."""
+        return tokens.score(
+            self._current, size=self.config.micro_batch_size, device=self.config.device
+        )
+
+    def _current(self, mb: MicroBatch) -> torch.Tensor:
+        return token_logprobs(
+            self.model, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
+        )
+
     def _reference(self, mb: MicroBatch) -> torch.Tensor:
         assert self.reference is not None
         return token_logprobs(
@@ -136,8 +149,9 @@ class Learner:
                     with torch.no_grad():  # the reference's entropy is never used
                         ref = self._reference(mb)
                 terms, bmask, extra = self.loss_fn.terms(
-                    logprobs, mb.old_logprobs, mb.advantages, mb.action_mask, ref_logprobs=ref
-                )
+                    logprobs, mb.old_logprobs, mb.advantages, mb.action_mask,
+                    ref_logprobs=ref, is_weights=mb.is_weights,
+                )  # fmt: skip
                 if result.sequence_losses is not None and epoch == 0:
                     result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
                 loss, metrics = self.loss_fn.reduce(

@@ -180,17 +180,26 @@ class PolicyLoss:
         mask: torch.Tensor,
         *,
         ref_logprobs: torch.Tensor | None = None,
+        is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """``(terms [B, T] with KL if on, bool mask, metric tensors)``, before reduction.
 
         Terms are exactly 0 off the mask. Diagnostics use this to stratify per-response
-        losses (:func:`forkgym.agents.diagnostics.sequence_losses`).
+        losses (:func:`forkgym.agents.diagnostics.sequence_losses`). ``is_weights [B, T]``
+        (detached, >= 0) scales each token's policy term, not its KL term: the train/serve
+        corrections of :mod:`forkgym.agents.drift`.
         """
         mask = self._validate(logprobs, old_logprobs, advantages, mask, ref_logprobs)
+        if is_weights is not None and is_weights.shape != logprobs.shape:
+            raise ValueError(
+                f"is_weights {tuple(is_weights.shape)} != logprobs {tuple(logprobs.shape)}"
+            )
         log_ratio = _masked_diff(logprobs, old_logprobs.detach(), mask)
         adv = advantages.to(logprobs.dtype)
         adv = adv.masked_fill(~mask, 0.0) if adv.ndim == 2 else adv[:, None]
         terms, extra = self.policy_terms(logprobs, log_ratio, adv, mask)
+        if is_weights is not None:  # 0 off the mask already: terms stay exactly 0 there
+            terms = terms * torch.where(mask, is_weights.detach().to(terms.dtype), 0.0)
         if "ratio" not in extra:
             extra["ratio"] = log_ratio.detach().exp()
         if ref_logprobs is not None:
@@ -211,11 +220,13 @@ class PolicyLoss:
         ref_logprobs: torch.Tensor | None = None,
         entropy: torch.Tensor | None = None,
         normaliser: Normaliser | None = None,
+        is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Metrics]:
         """``(loss scalar, metrics)`` for one micro-batch; see the module docstring."""
         terms, bmask, extra = self.terms(
-            logprobs, old_logprobs, advantages, mask, ref_logprobs=ref_logprobs
-        )
+            logprobs, old_logprobs, advantages, mask, ref_logprobs=ref_logprobs,
+            is_weights=is_weights,
+        )  # fmt: skip
         return self.reduce(terms, bmask, extra, normaliser=normaliser, entropy=entropy)
 
     def reduce(

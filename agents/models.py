@@ -39,6 +39,7 @@ __all__ = [
     "chat_stop_token_ids",
     "init_model",
     "load_policy_model",
+    "load_tokenizer",
     "model_config",
     "parameter_count",
 ]
@@ -147,20 +148,11 @@ def init_model(
     return out
 
 
-def load_policy_model(
-    name_or_dir: str | Path,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    **from_pretrained: Any,
-) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a local directory or a hub name, by one code path.
-
-    The tokenizer keeps its own chat template; a missing pad token is set to the eos token
-    (or to ``<|im_end|>``/``<|endoftext|>`` when there is none). Extra keyword arguments go to
-    both ``from_pretrained`` calls (``revision=``, ``local_files_only=``, ...). The model is
-    returned in eval mode.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(name_or_dir: str | Path, **from_pretrained: Any) -> Any:
+    """The tokenizer of a local directory or a hub name, with its own chat template; a missing
+    pad token is set to the eos token (or to ``<|im_end|>``/``<|endoftext|>`` when there is
+    none)."""
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_dir), **from_pretrained)
     if tokenizer.pad_token is None:
@@ -171,6 +163,23 @@ def load_policy_model(
         if fallback is None:
             raise ValueError(f"{name_or_dir}: the tokenizer has no pad or eos token to pad with")
         tokenizer.pad_token = fallback
+    return tokenizer
+
+
+def load_policy_model(
+    name_or_dir: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    **from_pretrained: Any,
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a local directory or a hub name, by one code path
+    (:func:`load_tokenizer` for the tokenizer). Extra keyword arguments go to both
+    ``from_pretrained`` calls (``revision=``, ``local_files_only=``, ...). The model is
+    returned in eval mode.
+    """
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(name_or_dir, **from_pretrained)
     with _quiet_progress():
         model = AutoModelForCausalLM.from_pretrained(
             str(name_or_dir), dtype=dtype, **from_pretrained

@@ -20,7 +20,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Generation", "GenerationRequest", "Policy", "SamplingParams"]
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "Policy",
+    "SamplingParams",
+    "check_scoring",
+    "request_seeds",
+]
 
 
 @dataclass(frozen=True)
@@ -79,9 +86,48 @@ class Policy(Protocol):
 
     def sync_weights(
         self, weights: torch.nn.Module | Mapping[str, Any] | None = None, version: int | None = None
-    ) -> None:
+    ) -> Mapping[str, float] | None:
         """Take the trainer's weights: its model (or a state dict; ``None``: the caller says the
         backend already generates with the trainer's model). The backend decides what that
         costs: nothing when it shares the module, a copy when it has its own. ``version`` sets
-        :attr:`weight_version` (a resume); by default it moves up by one."""
+        :attr:`weight_version` (a resume); by default it moves up by one. Returns what the
+        push cost (``bytes``, ``buckets``, ...; logged as ``sync/*``) or nothing.
+
+        A backend with memory to give back during the update (a colocated engine) may also
+        define ``offload()``: the trainer calls it before the update, and the next
+        ``sync_weights`` brings the engine back."""
         ...
+
+
+def request_seeds(
+    requests: Sequence[GenerationRequest], stream: torch.Generator
+) -> list[int | None]:
+    """Each request's sampling seed, after checking every prompt (nothing is drawn for a bad
+    batch): ``None`` for greedy, the request's own seed, or for an unseeded sampled request
+    one drawn from the backend's ``stream``, in request order (so a backend built with the
+    same seed samples the same tokens)."""
+    for i, request in enumerate(requests):
+        if not request.prompt_ids:
+            raise ValueError(f"request {i} has an empty prompt")
+    seeds: list[int | None] = []
+    for request in requests:
+        params = request.params
+        if params.greedy:
+            seeds.append(None)
+        elif params.seed is not None:
+            seeds.append(int(params.seed))
+        else:
+            seeds.append(int(torch.randint(2**62, (1,), generator=stream)))
+    return seeds
+
+
+def check_scoring(sequences: Sequence[Sequence[int]], starts: Sequence[int]) -> None:
+    """The arguments of :meth:`Policy.logprobs`: one start per sequence, each in ``1 .. len``
+    (the first token has no prefix to be scored from)."""
+    if len(sequences) != len(starts):
+        raise ValueError("need one start per sequence")
+    for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
+        if not 1 <= start <= len(seq):
+            raise ValueError(
+                f"starts[{i}] = {start} must be in 1..{len(seq)} (the first token has no prefix)"
+            )

@@ -12,6 +12,7 @@ parts live in their own modules and the loop only names them:
 :mod:`.algorithms`         rewards -> advantages (an estimator, or a learned critic)
 :mod:`.learner`            losses, micro-batches, optimizer, learning-rate schedule
 :mod:`.backends`           the generating policy and its weight sync
+:mod:`.drift`              engine vs trainer log-probs, and the corrections for them
 :mod:`.checkpoint`         complete-or-absent checkpoints
 =========================  ========================================================
 
@@ -21,6 +22,7 @@ a run resumed from a checkpoint at step s makes exactly the choices the uninterr
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,12 +34,13 @@ import torch
 import forkgym.envs  # noqa: F401 - registers the environments
 
 from .algorithms import build_algorithm
-from .backends import build_policy
+from .backends import BACKENDS, build_policy
 from .batch import TokenBatch
 from .checkpoint import Checkpoints
 from .collect import Collector, rollout_metrics
 from .config import TrainConfig
 from .diagnostics import batch_diagnostics
+from .drift import correction_weights, drift_metrics
 from .evaluate import evaluate
 from .learner import Learner
 from .models import load_policy_model
@@ -48,6 +51,10 @@ from .shaping import RewardShaping
 __all__ = ["Trainer"]
 
 StepCallback = Callable[[int, dict[str, Any]], Any]
+
+
+def _takes(backend: str, option: str) -> bool:
+    return option in inspect.signature(BACKENDS.lookup(backend)).parameters
 
 
 class Trainer:
@@ -66,13 +73,16 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model, self.tokenizer = load_policy_model(config.model, device=config.device)
         self.model.train()
+        options = dict(config.backend_kwargs)
+        if config.allow_truncated_sampling and _takes(config.backend, "allow_truncated_sampling"):
+            options.setdefault("allow_truncated_sampling", True)  # one opt-in covers both
         self.policy = build_policy(
             config.backend,
             self.model,
             self.tokenizer,
             device=config.device,
             seed=config.seed,
-            **config.backend_kwargs,
+            **options,
         )
         self.verifier = verifier
         if verifier is None and config.verifier_url:
@@ -103,6 +113,9 @@ class Trainer:
         reference = self.learner.reference_logprobs if self.learner.reference is not None else None  # fmt: skip
         self.shaping = RewardShaping(config, reference, budget=budget)
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
+        # a backend generating with its own copy of the weights drifts from the trainer's numerics
+        shared = getattr(self.policy, "model", None) is self.model
+        self.measure_drift = not shared if config.measure_drift is None else config.measure_drift
         self.step = 0
         if resume:
             self._resume()
@@ -132,12 +145,20 @@ class Trainer:
         if not batch.prompts:  # dynamic sampling found no signal at all: nothing to learn from
             return {**metrics, "tokens_trained": 0, "time/step": time.perf_counter() - t_step}
 
-        t0 = time.perf_counter()
         tokens = TokenBatch.from_rollouts(batch, self.tokenizer.pad_token_id)
+        if self.measure_drift:
+            t0 = time.perf_counter()
+            tokens, drift = self._drift(tokens)
+            metrics.update(drift, **{"time/drift": time.perf_counter() - t0})
+
+        t0 = time.perf_counter()
         shaped, shaping_metrics = self.shaping(batch, tokens)
         advantages = self.algorithm.advantages(shaped, tokens)
         time_advantages = time.perf_counter() - t0
 
+        offload = getattr(self.policy, "offload", None)
+        if offload is not None:  # a colocated engine frees its memory for the update
+            offload()
         t0 = time.perf_counter()
         lr = self.learner.set_lr(self.step)
         update = self.learner.update(tokens, advantages.rows, self.step)
@@ -145,8 +166,9 @@ class Trainer:
         time_update = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        self.policy.sync_weights(self.model)
+        sync = self.policy.sync_weights(self.model) or {}
         time_sync = time.perf_counter() - t0
+        metrics.update({f"sync/{k}": v for k, v in sync.items()})
 
         losses = None
         if update.sequence_losses is not None:
@@ -184,6 +206,26 @@ class Trainer:
         )
         metrics["tokens_per_s"] = metrics["tokens_generated"] / metrics["time/step"]
         return metrics
+
+    def _drift(self, tokens: TokenBatch) -> tuple[TokenBatch, dict[str, float]]:
+        """The engine's behaviour log-probs against the trainer's (raw statistics), and the
+        batch with the configured corrections applied (agents/drift.py)."""
+        config = self.config
+        current = self.learner.current_logprobs(tokens)
+        metrics = drift_metrics(current, tokens.old_logprobs, tokens.action_mask)
+        if config.rollout_correction:
+            weights, stats = correction_weights(
+                current,
+                tokens.old_logprobs,
+                tokens.action_mask,
+                config.rollout_correction,
+                tis_clamp=config.tis_clamp,
+                seq_band=config.seq_mask_band,
+                geo_band=config.geo_mask_band,
+            )
+            metrics.update(stats)
+            tokens = tokens.with_correction(current, weights)
+        return tokens, metrics
 
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics, with the seconds they took as ``time/eval``."""

@@ -12,8 +12,13 @@ MARKDOWN = re.compile(r"(?<![\w./-])([\w./-]+\.md)\b")
 
 
 def sources():
-    skip = {".venv", "site", "runs", ".git"}
-    for path in ROOT.rglob("*"):
+    """The project's own text files: the top-level folders and files at the root (virtual
+    environments, builds and run outputs, wherever they are, are not the project's)."""
+    skip = {"site", "runs", "build", "dist", "__pycache__"}
+    candidates = [p for p in ROOT.iterdir() if p.is_file()]
+    for top in TOP:
+        candidates += (ROOT / top).rglob("*")
+    for path in candidates:
         if path.suffix in {".py", ".md", ".yaml", ".toml"} and not skip & set(path.relative_to(ROOT).parts):  # fmt: skip
             yield path
 

@@ -261,6 +261,15 @@ def test_a_separate_generation_model_synced_by_copy_trains_identically(tmp_path,
     copied.run()
     a, b = read_metrics(tmp_path / "shared"), read_metrics(tmp_path / "copy")
     assert a[-1]["grad_norm"] > 0 and a[-1]["weight_version"] == 3  # the weights did move
+    # the copy generates with weights of its own, so its drift is measured: the KV-cached
+    # decode against the trainer's full forward, float rounding only (~1e-6 here)
+    assert "drift/logprob_abs_max" not in a[-1]
+    assert all(m["drift/logprob_abs_max"] < 1e-5 for m in b[1:])
+    assert all(abs(m["drift/ratio_max"] - 1) < 1e-5 for m in b[1:])
+    assert all(m["sync/bytes"] > 0 for m in b[1:])
+    extra = ("drift/", "sync/", "time/drift")
+    b = [{k: v for k, v in m.items() if not k.startswith(extra)} for m in b]
+    a = [{k: v for k, v in m.items() if not k.startswith(extra)} for m in a]
     assert comparable(a) == comparable(b)
     for p, q in zip(copied.model.parameters(), copied.policy.model.parameters(), strict=True):
         assert torch.equal(p, q)  # the last sync left the copy equal to the trained model
@@ -277,3 +286,31 @@ def test_per_response_losses_are_stratified_on_request(tmp_path, warm_model_dir)
     assert any("/by_length/" in k for k in strata) and any("/by_group_size/" in k for k in strata)
     assert not [k for k in plain if k.startswith("diag/loss/by_")]
     assert diag["loss/loss"] == plain["loss/loss"]  # the diagnostic changes nothing it measures
+
+
+def test_a_rollout_correction_anchors_the_ratio_at_the_trainers_own_logprobs(
+    tmp_path, warm_model_dir
+):
+    """With a correction on, the loss's ratio starts at exactly 1 (the trainer's recomputed
+    log-probs, the same forward), and the engine's log-probs enter through the weights."""
+    from tests.conftest import WARM_ENV_KWARGS
+
+    common = dict(
+        env_kwargs=WARM_ENV_KWARGS, max_new_tokens=12, steps=2, eval_every=0,
+        backend_kwargs={"share_model": False},
+    )  # fmt: skip
+    plain = Trainer(config(tmp_path, warm_model_dir, "plain", **common))
+    plain.run()
+    fixed = Trainer(
+        config(tmp_path, warm_model_dir, "tis", rollout_correction=["tis", "geo_mask"], **common)
+    )
+    fixed.run()
+    a, b = read_metrics(tmp_path / "plain"), read_metrics(tmp_path / "tis")
+    assert any(m["loss/ratio_max"] != 1.0 for m in a[1:])  # the copy's decode rounds differently
+    for m in b[1:]:
+        assert m["loss/ratio_min"] == m["loss/ratio_max"] == 1.0
+        assert m["correction/tis_clipped_frac"] == 0.0
+        assert m["correction/masked_sequences_frac"] == 0.0  # ~1e-6 drift, inside the band
+        assert m["drift/logprob_abs_max"] < 1e-5
+    no_drift = Trainer(config(tmp_path, warm_model_dir, "off", measure_drift=False, **common))
+    assert not no_drift.measure_drift

