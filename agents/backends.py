@@ -32,7 +32,7 @@ from forkgym.registry import Registry
 
 from .policy import Policy
 
-__all__ = ["BACKENDS", "build_policy"]
+__all__ = ["BACKENDS", "build_policy", "missing_requirement"]
 
 BACKENDS: Registry[Callable[..., Policy]] = Registry("backend")
 
@@ -49,6 +49,16 @@ def build_policy(
     """The policy of backend ``name`` for the training ``model``; ``options`` are the
     backend's own (``TrainConfig.backend_kwargs``)."""
     return BACKENDS.lookup(name)(model, tokenizer, device=device, seed=seed, **options)
+
+
+def missing_requirement(name: str) -> str | None:
+    """Why backend ``name`` cannot start here (a module it needs is not installed), or None."""
+    import importlib.util
+
+    requires = getattr(BACKENDS.lookup(name), "requires", None)
+    if requires is None or importlib.util.find_spec(requires[0]) is not None:
+        return None
+    return f"backend {name!r} needs the {requires[0]!r} package: {requires[1]}"
 
 
 @BACKENDS.register("transformers")
@@ -135,3 +145,9 @@ def _openai(
 
 
 _openai.trainable = False  # type: ignore[attr-defined]
+# what a backend needs installed, checked with the config (a clear message, not a traceback)
+_vllm.requires = (  # type: ignore[attr-defined]
+    "vllm",
+    "pip install 'forkgym[vllm]' on a GPU machine; on a CPU, python3 dev.py vllm-env "
+    "(docs/vllm-cpu.md)",
+)

@@ -180,7 +180,7 @@ class TrainConfig:
     def _named_parts(self) -> list[str]:
         """Registered names and their keyword options, checked by building each part once."""
         from .algorithms import ALGORITHMS
-        from .backends import BACKENDS
+        from .backends import BACKENDS, missing_requirement
         from .estimators import ESTIMATORS
         from .losses import KL_ESTIMATORS, LOSSES
         from .reductions import REDUCTIONS
@@ -210,6 +210,8 @@ class TrainConfig:
                 )
             else:
                 problems += option_problems("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
+        if self.backend in BACKENDS and (missing := missing_requirement(self.backend)):
+            problems.append(missing)
         if self.backend in BACKENDS and not getattr(BACKENDS[self.backend], "trainable", True):
             problems.append(
                 f"backend={self.backend!r} serves a frozen policy (evaluation and rollouts): "

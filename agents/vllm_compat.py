@@ -4,10 +4,11 @@ vLLM's public API (``LLM``, ``SamplingParams``, token-id prompts, ``sleep``/``wa
 ``reset_prefix_cache``, ``collective_rpc``) is used as documented; the two internals a trainer
 needs are here and nowhere else:
 
-* the CPU weight push: ``collective_rpc`` runs :func:`_reload_in_worker` inside each worker,
-  which calls its model runner's ``reload_weights(weights_iterator=...)`` (vLLM's in-place,
-  layer-by-layer reload; ``model.load_weights`` cannot be used on the CPU, whose linear layers
-  are repacked after loading);
+* the CPU weight push: ``collective_rpc`` runs :func:`_reload_in_worker` inside the
+  in-process worker, which calls its model runner's ``reload_weights(weights_iterator=...)``
+  (vLLM's in-place, layer-by-layer reload; ``model.load_weights`` cannot be used on the CPU,
+  whose linear layers are repacked after loading). A multi-process CPU engine is refused: it
+  would receive the tensors as lists;
 * the GPU weight push: vLLM's weight-transfer engine with its CUDA-IPC backend (the
   trainer-side ``IPCTrainerWeightTransferEngine`` driving the worker's
   ``init_weight_transfer_engine`` / ``start_weight_update`` / ``update_weights`` /
@@ -33,6 +34,7 @@ __all__ = [
     "IpcWeightPush",
     "cpu_engine_defaults",
     "engine_kwargs_gpu",
+    "in_process",
     "is_cpu",
     "push_weights_cpu",
     "require_vllm",
@@ -87,44 +89,34 @@ def cpu_engine_defaults(kv_cache_gib: int = 1) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
-def _in_process() -> bool:
+def in_process() -> bool:
+    """Whether the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
     return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
 
 
 # -- the CPU push -------------------------------------------------------------------------------
 
 
-def _reload_in_worker(worker: Any, payload: Any) -> int:
-    """Runs inside a vLLM worker: load one bucket in place; returns the tensors it loaded."""
-    if isinstance(payload, bytes | bytearray):
-        from safetensors.torch import load
-
-        items = list(load(bytes(payload)).items())
-    else:
-        items = list(payload)
+def _reload_in_worker(worker: Any, items: list[tuple[str, torch.Tensor]]) -> int:
+    """Runs inside an in-process vLLM worker: load one bucket in place; returns its size."""
     worker.model_runner.reload_weights(weights_iterator=iter(items))
     return len(items)
 
 
 def push_weights_cpu(llm: Any, buckets: Sequence[Sequence[tuple[str, torch.Tensor]]]) -> None:
-    """Load each bucket into every worker (one ``collective_rpc`` per bucket), then drop the
-    prefix cache: cached KV blocks were computed with the old weights.
-
-    An in-process engine receives the tensors themselves; a multi-process one the bucket as
-    safetensors bytes (its RPC would turn raw tensors into lists)."""
-    local = _in_process()
+    """Load each bucket into the in-process worker (one ``collective_rpc`` per bucket), then
+    drop the prefix cache: cached KV blocks were computed with the old weights."""
+    if not in_process():
+        raise RuntimeError(
+            "the CPU weight push needs the in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0): "
+            "a multi-process engine receives tensors as lists, and a function only through "
+            "vLLM's insecure pickle fallback"
+        )
     for bucket in buckets:
-        if local:
-            payload: Any = [(name, tensor.detach()) for name, tensor in bucket]
-        else:
-            from safetensors.torch import save
-
-            payload = save({name: tensor.detach().contiguous().cpu() for name, tensor in bucket})
-        loaded = llm.collective_rpc(_reload_in_worker, args=(payload,))
-        if any(n != len(bucket) for n in loaded):
-            raise RuntimeError(
-                f"a vLLM worker loaded {loaded} tensors of a bucket of {len(bucket)}"
-            )
+        items = [(name, tensor.detach()) for name, tensor in bucket]
+        loaded = llm.collective_rpc(_reload_in_worker, args=(items,))
+        if any(n != len(items) for n in loaded):
+            raise RuntimeError(f"a vLLM worker loaded {loaded} of a bucket of {len(items)}")
     llm.reset_prefix_cache()
 
 

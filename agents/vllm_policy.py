@@ -112,6 +112,12 @@ class VLLMPolicy:
         self._compat = compat
         self._vllm = vllm
         self.cpu = compat.is_cpu()
+        if self.cpu and not compat.in_process():
+            raise ValueError(
+                "on the CPU the vllm backend needs the in-process engine: unset "
+                "VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0 (the weight push cannot reach a "
+                "worker process without vLLM's insecure pickle fallback)"
+            )
         self.tokenizer = tokenizer
         self.bucket_bytes = int(bucket_mb * 2**20)
         self.allow_truncated_sampling = allow_truncated_sampling

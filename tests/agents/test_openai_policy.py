@@ -130,17 +130,17 @@ def _cli(*args: str) -> dict:
 
 
 @pytest.mark.vllm
-def test_eval_through_a_real_vllm_server_matches_the_transformers_backend(
-    vllm_server, tiny_model_dir
-):
+def test_eval_through_a_real_vllm_server_matches_the_other_backends(vllm_server, tiny_model_dir):
     common = ["--model", str(tiny_model_dir), "--env", "Arithmetic-v0", "--episodes", "12",
               "--max-new-tokens", "12", "--pass-k", "2"]  # fmt: skip
     served = _cli("eval", *common, "--backend", "openai", "--base-url", vllm_server)
     local = _cli("eval", *common, "--backend", "hf")
+    engine = _cli("eval", *common, "--backend", "vllm")  # the in-process engine
     assert served["backend"] == "openai" and served["episodes"] == 12
-    # greedy decoding is the same on both: the same tokens, the same grades
-    assert served["eval_accuracy"] == local["eval_accuracy"]
-    assert served["eval_tokens"] == local["eval_tokens"] > 0
+    # greedy decoding is the same on all three: the same tokens, the same grades
+    for other in (local, engine):
+        assert served["eval_accuracy"] == other["eval_accuracy"]
+        assert served["eval_tokens"] == other["eval_tokens"] > 0
 
 
 @pytest.mark.vllm

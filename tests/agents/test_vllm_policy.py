@@ -22,6 +22,7 @@ from forkgym.agents.policy import GenerationRequest, SamplingParams
 from forkgym.agents.rollout import ChatTokens, Rollouts
 from forkgym.agents.vllm_policy import VLLMPolicy
 from forkgym.bench import CALCULATOR
+from tests.agents.test_trainer import TIMING
 
 pytestmark = pytest.mark.vllm
 CALC = "forkgym/Calculator-v0"
@@ -217,20 +218,24 @@ def test_a_short_rloo_run_with_the_vllm_backend_logs_sync_and_drift(
     from forkgym.cli import app
 
     engine.close()  # one engine at a time on a 2-core machine
-    out = tmp_path / "run"
     env_kwargs = [f"env_kwargs.{k}={json.dumps(v)}" for k, v in CALCULATOR.items()]
-    result = CliRunner().invoke(
-        app,
-        [
-            "train", "--model", str(calc_model_dir), "--env", "Calculator-v0",
-            "--estimator", "rloo", "--backend", "vllm", "--steps", "2", "--out", str(out),
-            "--no-progress", "prompts_per_step=2", "k=4", "max_new_tokens=40", "lr=1e-3",
-            "eval_every=0", "rollout_correction=[tis,geo_mask]", "geo_mask_band=[0.9,1.1]",
-            "backend_kwargs.max_model_len=512", *env_kwargs,
-        ],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    def run(name):
+        out = tmp_path / name
+        result = CliRunner().invoke(
+            app,
+            [
+                "train", "--model", str(calc_model_dir), "--env", "Calculator-v0",
+                "--estimator", "rloo", "--backend", "vllm", "--steps", "2", "--out", str(out),
+                "--no-progress", "prompts_per_step=2", "k=4", "max_new_tokens=40", "lr=1e-3",
+                "eval_every=0", "rollout_correction=[tis,geo_mask]", "geo_mask_band=[0.9,1.1]",
+                "backend_kwargs.max_model_len=512", *env_kwargs,
+            ],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    rows = run("a")
     steps = [r for r in rows if r.get("step", 0) >= 1]
     assert len(steps) == 2
     for row in steps:
@@ -241,3 +246,16 @@ def test_a_short_rloo_run_with_the_vllm_backend_logs_sync_and_drift(
         assert row["correction/tis_clipped_frac"] == 0.0
         assert row["correction/masked_sequences_frac"] == 0.0
         assert row["tokens_trained"] > 0
+    # the same command and seed: the same run (every figure but wall-clock ones)
+    clock = (*TIMING, "sync/seconds", "sync/mb_per_s")
+
+    def figures(rows):
+        return [{k: v for k, v in r.items() if not k.startswith(clock)} for r in rows]
+
+    assert figures(run("b")) == figures(rows)
+
+
+def test_a_multi_process_cpu_engine_is_refused_before_it_starts(calc_model_dir, monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    with pytest.raises(ValueError, match="in-process engine"):
+        VLLMPolicy(str(calc_model_dir))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from forkgym.agents.config import ConfigError, TrainConfig
@@ -53,3 +55,17 @@ def test_drift_settings_are_checked(tmp_path):
         TrainConfig(geo_mask_band=(1.1, 1.2), out=str(tmp_path))
     with pytest.raises(ConfigError, match="tis_clamp"):
         TrainConfig(tis_clamp=0.5, out=str(tmp_path))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_without_vllm_the_backend_is_refused_with_the_install_step(tmp_path):
+    from typer.testing import CliRunner
+
+    from forkgym.cli import app
+
+    with pytest.raises(ConfigError, match="vllm-env"):
+        TrainConfig(backend="vllm", out=str(tmp_path))
+    result = CliRunner().invoke(
+        app, ["eval", "--model", str(tmp_path), "--env", "Arithmetic-v0", "--backend", "vllm"]
+    )
+    assert result.exit_code == 2 and "forkgym[vllm]" in result.output

@@ -181,13 +181,15 @@ def evaluate(
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401
-    from forkgym.agents.backends import BACKENDS, build_policy
+    from forkgym.agents.backends import BACKENDS, build_policy, missing_requirement
     from forkgym.agents.evaluate import evaluate as run_eval
 
     if backend not in BACKENDS:
         raise typer.BadParameter(
             f"{backend!r} is not one of {sorted(BACKENDS)}", param_hint="--backend"
         )
+    if missing := missing_requirement(backend):
+        raise typer.BadParameter(missing, param_hint="--backend")
     if (base_url is not None or served_model is not None) and backend != "openai":
         raise typer.BadParameter("--base-url and --served-model go with --backend openai")
     net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
