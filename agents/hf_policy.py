@@ -112,14 +112,14 @@ class HFPolicy:
         module (or ``None``: the caller says the model is shared) nothing is copied; otherwise
         the weights are loaded (strict: every key of the model, nothing else).
         """
-        copied = 0
+        stats: dict[str, float] = {}  # a shared module costs nothing and reports nothing
         if weights is not None and weights is not self.model:
             state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
             with torch.no_grad():
                 self.model.load_state_dict(state, strict=True)
-            copied = sum(t.numel() * t.element_size() for t in state.values())
+            stats["bytes"] = float(sum(t.numel() * t.element_size() for t in state.values()))
         self._version = self._version + 1 if version is None else int(version)
-        return {"bytes": float(copied)}
+        return stats
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         requests = list(requests)

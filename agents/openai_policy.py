@@ -58,7 +58,18 @@ def completion_body(
     if params.greedy:
         body["temperature"] = 0.0
     else:
-        body.update(temperature=params.temperature, top_p=params.top_p, seed=seed)
+        # every other sampling control spelled out: a field left out takes the server's
+        # default, which can come from the checkpoint's generation_config.json
+        body.update(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=0,
+            min_p=0.0,
+            repetition_penalty=1.0,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
+            seed=seed,
+        )
     return body
 
 

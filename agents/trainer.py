@@ -115,7 +115,8 @@ class Trainer:
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
         # a backend generating with its own copy of the weights drifts from the trainer's numerics
         shared = getattr(self.policy, "model", None) is self.model
-        self.measure_drift = not shared if config.measure_drift is None else config.measure_drift
+        measure = not shared or bool(config.rollout_correction)  # corrections need it
+        self.measure_drift = measure if config.measure_drift is None else config.measure_drift
         self.step = 0
         if resume:
             self._resume()

@@ -80,7 +80,7 @@ def is_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def cpu_engine_defaults(kv_cache_gib: int = 1) -> None:
+def cpu_engine_defaults(kv_cache_gib: int = 1) -> None:  # called only on the CPU platform
     """Environment settings a CPU engine needs, set before vLLM reads them (unless set):
     an in-process engine (seconds to start, not tens), a bounded KV cache, no thread pinning
     (pinning would take the trainer's cores)."""
@@ -146,8 +146,11 @@ class IpcWeightPush:
     """GPU path: weights cross by CUDA IPC handles in packed buffers of ``bucket_bytes``.
 
     Needs the engine built with ``weight_transfer_config={"backend": "ipc"}`` (see
-    :func:`engine_kwargs_gpu`). Written to vLLM's weight-transfer API; it needs a GPU and is
-    not exercised on CPU machines.
+    :func:`engine_kwargs_gpu`) and running in its own process (vLLM's default on GPUs): CUDA
+    does not open an IPC handle in the process that exported it. The names are the module's
+    own ``named_parameters()``: pass the unwrapped model (not a DDP or compiled wrapper).
+    Written to vLLM's weight-transfer API; it needs a GPU and is not exercised on CPU
+    machines.
     """
 
     def __init__(self, llm: Any, model: torch.nn.Module, bucket_bytes: int) -> None:
@@ -157,8 +160,12 @@ class IpcWeightPush:
             IPCTrainerWeightTransferEngine,
         )
 
+        # a packed buffer must hold the largest tensor (an embedding can be hundreds of MB)
+        largest = max(p.numel() * p.element_size() for p in model.parameters())
         self.engine = IPCTrainerWeightTransferEngine.trainer_init(
-            IPCTrainerInitInfo(packed=True, packed_buffer_size_bytes=int(bucket_bytes)),
+            IPCTrainerInitInfo(
+                rank=0, packed=True, packed_buffer_size_bytes=max(int(bucket_bytes), largest)
+            ),
             client=_RpcClient(llm),
             source=ModuleSource(model),
         )

@@ -107,11 +107,12 @@ class VLLMPolicy:
             raise ValueError("bucket_mb must be > 0")
         if sleep_level not in (0, 1, 2):
             raise ValueError("sleep_level must be 0 (off), 1 or 2")
-        compat.cpu_engine_defaults(kv_cache_gib)  # no-op for variables already set
         vllm = compat.require_vllm()
         self._compat = compat
         self._vllm = vllm
         self.cpu = compat.is_cpu()
+        if self.cpu:  # read by vLLM when the engine starts, not at import
+            compat.cpu_engine_defaults(kv_cache_gib)  # no-op for variables already set
         if self.cpu and not compat.in_process():
             raise ValueError(
                 "on the CPU the vllm backend needs the in-process engine: unset "

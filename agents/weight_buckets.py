@@ -13,7 +13,8 @@ log-probs turn NaN). So:
   ``lm_head.weight`` refreshes (without it the engine's log-probs stay those of the old
   weights);
 * :func:`layer_key` names the engine layer a parameter belongs to (its module, with the
-  fused projections of :data:`FUSED_PROJECTIONS` folded together);
+  fused projections of :data:`FUSED_PROJECTIONS` folded together, and all experts of a
+  mixture-of-experts block as one layer, as vLLM loads them);
 * :func:`bucket_weights` packs whole layers into buckets of at most ``max_bytes``; a single
   layer larger than that gets a bucket of its own (flagged ``oversize``) rather than being
   split.
@@ -100,6 +101,8 @@ def layer_key(name: str) -> str:
     """The engine layer holding parameter ``name``: its module path, fused projections folded
     (``model.layers.3.self_attn.k_proj.weight`` -> ``model.layers.3.self_attn.qkv_proj``)."""
     module, _, _ = name.rpartition(".")
+    if ".experts." in f"{module}.":  # a mixture of experts is one engine layer, all experts
+        return module[: module.index(".experts") + len(".experts")]
     parent, _, last = module.rpartition(".")
     fused = FUSED_PROJECTIONS.get(last)
     if fused is None:

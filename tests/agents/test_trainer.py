@@ -314,3 +314,6 @@ def test_a_rollout_correction_anchors_the_ratio_at_the_trainers_own_logprobs(
         assert m["drift/logprob_abs_max"] < 1e-5
     no_drift = Trainer(config(tmp_path, warm_model_dir, "off", measure_drift=False, **common))
     assert not no_drift.measure_drift
+    # a correction asked for on the shared model is not silently dropped: drift is measured
+    shared = config(tmp_path, warm_model_dir, "shared", rollout_correction=["tis"])
+    assert Trainer(shared).measure_drift

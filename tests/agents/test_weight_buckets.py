@@ -99,3 +99,12 @@ def test_the_default_model_is_bucketed_by_its_real_names(tmp_path):
         t.numel() * t.element_size() for t in model.state_dict().values()
     )
     assert any("qkv_proj" in layer_key(n) for b in buckets for n in b.names)
+
+
+def test_all_experts_of_a_moe_block_are_one_layer():
+    keys = {
+        layer_key(f"model.layers.2.mlp.experts.{e}.{proj}.weight")
+        for e in range(4)
+        for proj in ("gate_proj", "up_proj", "down_proj")
+    }
+    assert keys == {"model.layers.2.mlp.experts"}
