@@ -1,8 +1,10 @@
 """``forkgym/PythonTool-v0``: computational problems solved with a sandboxed Python tool.
 
-Each call runs in a fresh, limited process (:mod:`forkgym.envs.sandbox`): standard library
-only, CPU/memory/output/wall-clock limits, no network, a scratch directory, ``random`` seeded
-from the task. Nothing persists between calls, so an episode's tool results depend only on
+Each call runs in a fresh, limited process (:mod:`forkgym.envs.sandbox`) inside the operating
+system's walls (:mod:`forkgym.envs.isolation`: bubblewrap namespaces, uid ``nobody``,
+seccomp): standard library only, CPU/memory/output/process/wall-clock limits, no network, a
+scratch directory, ``random`` seeded from the task. Where the machine cannot build that
+sandbox the env refuses to start, unless ``isolation="unsafe-local"`` is passed by name. Nothing persists between calls, so an episode's tool results depend only on
 the code sent, and a fork replays them exactly. The env computes every reference answer
 itself, exactly, without the sandbox.
 """
@@ -13,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import isolation as iso
 from .sandbox import SandboxLimits, run_python
 from .task import Task
 from .tool_env import ToolEnv, ToolResult, tool
@@ -98,8 +101,16 @@ class PythonToolEnv(ToolEnv):
         memory_mb: int = 512,
         tool_parser: str = "hermes",
         max_turns: int = 4,
+        isolation: str = "auto",
         **common: Any,
     ) -> None:
+        """``isolation``: ``auto``/``bwrap`` (the OS sandbox; ``SandboxUnavailable`` with the
+        install step where this machine has none) or ``unsafe-local`` (no OS walls)."""
+        self.isolation = iso.resolve(isolation)
+        if self.isolation == "bwrap":
+            # nothing of this process (the task's reference answer, secrets) can be read
+            # through /proc by a process of the same uid, even one that escaped
+            iso.make_non_dumpable()
         self.limits = SandboxLimits(
             cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb
         )
@@ -123,7 +134,9 @@ class PythonToolEnv(ToolEnv):
     )
     def python(self, code: str) -> ToolResult:
         self.episode["runs"] = self.episode.get("runs", 0) + 1
-        result = run_python(code, self.limits, seed=self.task.data["sandbox_seed"])
+        result = run_python(
+            code, self.limits, seed=self.task.data["sandbox_seed"], isolation=self.isolation
+        )
         return ToolResult(result.render(self.limits.shown_chars), result.status)
 
     def gold_action(self) -> str:

@@ -1,11 +1,13 @@
-"""Run untrusted Python in a separate, limited process (the Python tool's engine).
+"""Run untrusted Python in a separate, isolated, limited process (the Python tool's engine).
 
 Each call gets a fresh process and a fresh scratch directory, so nothing persists between
-calls and a fork of an episode replays tool results exactly. Limits: CPU seconds (then
-SIGXCPU), address space (``MemoryError``), bytes written to any file including the captured
-stdout/stderr (then SIGXFSZ), a wall-clock limit enforced here by killing the whole session,
-no network, and an audit hook against processes, sockets and writes outside the scratch
-directory (see :mod:`forkgym.envs.sandbox_runner`). Whatever the code does, :func:`run_python`
+calls and a fork of an episode replays tool results exactly. The walls are the operating
+system's (:mod:`forkgym.envs.isolation`: bubblewrap namespaces, an unprivileged uid, a
+read-only view of the interpreter only, seccomp); the limits are CPU seconds (then SIGXCPU),
+address space (``MemoryError``), bytes written to any file including the captured
+stdout/stderr (then SIGXFSZ), processes, and a wall-clock limit enforced here by killing the
+whole sandbox. ``isolation="unsafe-local"`` runs the same runner without the OS walls (its
+audit hook and limits only: not a sandbox). Whatever the code does, :func:`run_python`
 returns a :class:`SandboxResult`; it never raises for the code's behaviour.
 """
 
@@ -21,6 +23,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import isolation as iso
 
 __all__ = ["SandboxLimits", "SandboxResult", "run_python"]
 
@@ -38,6 +42,7 @@ class SandboxLimits:
     memory_mb: int = 512
     output_bytes: int = 1 << 20  # per file, stdout and stderr included
     shown_chars: int = 2000  # of stdout and of stderr, in the tool message
+    processes: int = 64  # RLIMIT_NPROC of the sandbox's uid (OS isolation as root only)
 
 
 @dataclass(frozen=True)
@@ -101,9 +106,18 @@ def _send_and_wait(proc: subprocess.Popen, code: str, timeout: float) -> bool:
         return False
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits(), seed: int = 0) -> SandboxResult:
-    """Execute ``code`` with the standard library only; capture its output and its fate."""
-    argv = [str(v) for v in (limits.cpu_seconds, limits.memory_mb << 20, limits.output_bytes, seed)]
+def run_python(
+    code: str, limits: SandboxLimits = SandboxLimits(), seed: int = 0, isolation: str = "auto"
+) -> SandboxResult:
+    """Execute ``code`` with the standard library only; capture its output and its fate.
+
+    ``isolation``: ``auto`` or ``bwrap`` (the OS sandbox; :class:`~forkgym.envs.isolation.
+    SandboxUnavailable` where this machine cannot build it), or ``unsafe-local``."""
+    mode = iso.resolve(isolation)
+    isolated = mode == "bwrap"
+    nproc = limits.processes if isolated and os.geteuid() == 0 else 0
+    numbers = (limits.cpu_seconds, limits.memory_mb << 20, limits.output_bytes, seed, nproc)
+    argv = [str(v) for v in (*numbers, int(isolated))]
     with (
         tempfile.TemporaryDirectory(prefix="forkgym-py-") as scratch,
         tempfile.TemporaryDirectory(prefix="forkgym-out-") as out,
@@ -112,32 +126,59 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), seed: int = 0
         env = {
             "PYTHONHASHSEED": "0",
             "PYTHONIOENCODING": "utf-8",
-            "HOME": scratch,
-            "TMPDIR": scratch,
+            "HOME": "/scratch" if isolated else scratch,
+            "TMPDIR": "/scratch" if isolated else scratch,
             "PATH": "",
         }
+        pass_fds: tuple[int, ...] = ()
+        if isolated:
+            if os.geteuid() == 0:
+                os.chown(scratch, iso.NOBODY, iso.NOBODY)  # the sandbox's uid writes here
+                os.chmod(scratch, 0o711)  # bubblewrap, root without capabilities, enters it
+            seccomp_fd = os.memfd_create("forkgym-seccomp", 0)
+            os.write(seccomp_fd, iso.seccomp_program())
+            os.lseek(seccomp_fd, 0, os.SEEK_SET)
+            info_read, info_write = os.pipe()
+            pass_fds = (seccomp_fd, info_write)
+            cmd = iso.bwrap_command(RUNNER, scratch, [*_FLAGS, "/sandbox/runner.py", *argv], seccomp_fd, env, info_fd=info_write)  # fmt: skip
+            popen_env: dict[str, str] | None = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            cmd = [sys.executable, *_FLAGS, str(RUNNER), *argv]
+            popen_env = env
         start = time.perf_counter()
-        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, *_FLAGS, str(RUNNER), *argv],
-                stdin=subprocess.PIPE,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=scratch,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-            try:
-                timed_out = not _send_and_wait(proc, code, limits.wall_seconds)
-            finally:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # and anything the code started
-                proc.wait()
+        try:
+            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=scratch,
+                    env=popen_env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=pass_fds,
+                )
+                try:
+                    timed_out = not _send_and_wait(proc, code, limits.wall_seconds)
+                finally:
+                    # the session (and with bubblewrap gone, its PID namespace: everything
+                    # the code started, whatever session it moved to)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
+        if isolated:  # the whole sandbox is gone before the call returns
+            with os.fdopen(info_read, "rb") as info:
+                iso.wait_for_sandbox(info.read())
         seconds = time.perf_counter() - start
         text_out = _read(stdout_path, limits.output_bytes)
         text_err = _read(stderr_path, limits.output_bytes)
     code_ = proc.returncode
+    if isolated and code_ is not None and 128 < code_ < 128 + 65:
+        code_ = -(code_ - 128)  # bubblewrap reports a child killed by signal N as 128 + N
     if timed_out:
         status, reason = "tool_timeout", "wall_limit"
     elif code_ in (-signal.SIGXCPU, -signal.SIGKILL):

@@ -1,19 +1,23 @@
 """Runs untrusted Python inside the sandbox process; started by :mod:`forkgym.envs.sandbox`.
 
-Executed as ``python -P -s -S sandbox_runner.py CPU MEMORY FILE SEED`` with the code on stdin, in a fresh
-scratch directory and a new session. Before the code runs it:
+Executed as ``python -P -s -S sandbox_runner.py CPU MEMORY FILE SEED NPROC ISOLATED`` with the
+code on stdin, in a fresh scratch directory, inside the OS sandbox of
+:mod:`forkgym.envs.isolation` (``ISOLATED`` = 1) or, in the unsafe local mode, in a new
+session only. Before the code runs it:
 
-1. leaves the network: a new, empty network namespace when the kernel allows it (root, or
-   unprivileged user namespaces), so there is no interface to reach anything;
+1. in the unsafe local mode, leaves the network: a new, empty network namespace when the
+   kernel allows it (under bubblewrap the namespace is already empty);
 2. sets hard resource limits: CPU seconds, address space, file size (which also caps the
-   stdout/stderr files), open files, no core dumps;
+   stdout/stderr files), open files, processes (``NPROC`` > 0), no core dumps;
 3. seeds ``random`` so identical code prints identical output in every branch;
 4. installs an audit hook (PEP 578; it cannot be removed) that refuses sockets, processes
    (fork, exec, spawn, subprocess, system), signals to other processes, ``ctypes``, raising
    limits, and writes, renames or deletions outside the scratch directory.
 
-The hook is the second wall, the namespace and limits are the first; the parent also kills the
-whole session on its wall-clock limit. Only the standard library is importable.
+The walls are the operating system's (namespaces, uid, seccomp, limits); the hook is a
+courtesy that turns the commonest mistakes into clear errors, and it is not relied on: code
+can switch it off. The parent kills the whole sandbox on its wall-clock limit. Only the
+standard library is importable.
 """
 
 import os
@@ -93,17 +97,21 @@ def _install_hook(scratch: str) -> None:
 def main() -> int:
     # Plain integers on the command line: importing json (and with it re) would double the
     # start-up time of every tool call.
-    cpu, memory_bytes, file_bytes, seed = (int(a) for a in sys.argv[1:5])
+    cpu, memory_bytes, file_bytes, seed, nproc, isolated = (int(a) for a in sys.argv[1:7])
     code = sys.stdin.read()
     scratch = os.path.realpath(os.getcwd())
-    _leave_network()
-    for limit, value in (
+    if not isolated:  # under bubblewrap the network namespace is already empty
+        _leave_network()
+    limits = [
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (memory_bytes, memory_bytes)),
         (resource.RLIMIT_FSIZE, (file_bytes, file_bytes)),
         (resource.RLIMIT_NOFILE, (64, 64)),
         (resource.RLIMIT_CORE, (0, 0)),
-    ):
+    ]
+    if nproc:  # processes of the sandbox's own uid
+        limits.append((resource.RLIMIT_NPROC, (nproc, nproc)))
+    for limit, value in limits:
         resource.setrlimit(limit, value)
     random.seed(seed)
     _install_hook(scratch)

@@ -88,7 +88,7 @@ def test_greedy_equals_the_transformers_backends_greedy(engine, prompts, calc_mo
 
 
 def trainer_logprobs(model, prompt, generated, temperature):
-    full = torch.tensor([list(prompt) + list(generated)])
+    full = torch.tensor([list(prompt) + list(generated)], device=model.device)
     with torch.no_grad():
         lp = token_logprobs(model, full, torch.ones_like(full), temperature=temperature)
     return lp[0, len(prompt) :]
@@ -146,7 +146,7 @@ def test_after_a_training_step_and_a_sync_the_engine_scores_like_the_trainer(
 
 
 def trainer_logprobs_grad(model, prompt, generated):
-    full = torch.tensor([list(prompt) + list(generated)])
+    full = torch.tensor([list(prompt) + list(generated)], device=model.device)
     return token_logprobs(model, full, torch.ones_like(full))[0, len(prompt) :]
 
 
@@ -259,3 +259,29 @@ def test_a_multi_process_cpu_engine_is_refused_before_it_starts(calc_model_dir, 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     with pytest.raises(ValueError, match="in-process engine"):
         VLLMPolicy(str(calc_model_dir))
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="GPU path (sleep mode, CUDA-IPC weight transfer): needs a CUDA device",
+)
+def test_on_a_gpu_the_engine_sleeps_for_the_update_and_takes_weights_by_ipc(calc_model_dir):
+    model, _ = load_policy_model(calc_model_dir, device="cuda")
+    ids = [tuple(range(5, 25))]
+    policy = VLLMPolicy(str(calc_model_dir), max_model_len=512, gpu_memory_utilization=0.3)
+    try:
+        request = [GenerationRequest(ids[0], SamplingParams(max_new_tokens=16, seed=3))]
+        first = policy.generate(request)[0]
+        policy.offload()  # KV cache released, weights offloaded
+        model.train()
+        loss = -trainer_logprobs_grad(model, ids[0], first.token_ids).sum()
+        loss.backward()
+        torch.optim.AdamW(model.parameters(), lr=3e-3).step()
+        stats = policy.sync_weights(model)  # wakes weights, pushes, wakes the KV cache
+        assert stats["bytes"] > 0 and policy.weight_version == 1
+        after = policy.generate(request)[0]
+        ours = trainer_logprobs(model, ids[0], after.token_ids, 1.0).cpu()
+        # the same tolerance as the CPU tests, in fp32
+        assert torch.allclose(ours, torch.tensor(after.logprobs), atol=1e-4)
+    finally:
+        policy.close()
