@@ -170,6 +170,23 @@ async def _empty_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
+def _guarded_docs(app: FastAPI, guarded: list[Any]) -> None:
+    """``/openapi.json``, ``/docs`` and ``/redoc`` behind the bearer token."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    @app.get("/openapi.json", dependencies=guarded, include_in_schema=False)
+    async def openapi() -> Response:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", dependencies=guarded, include_in_schema=False)
+    async def docs() -> Response:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs")
+
+    @app.get("/redoc", dependencies=guarded, include_in_schema=False)
+    async def redoc() -> Response:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
+
+
 def create_app(
     config: ServiceConfig,
     on_ready: Callable[[], None] | None = None,
@@ -203,11 +220,17 @@ def create_app(
             if on_stopped is not None:
                 on_stopped(recorder)
 
+    # with a token, the documentation and the schema are guarded routes of their own
+    # (FastAPI's built-in ones answer anyone); public_docs keeps them open
+    open_docs = config.token is None or config.public_docs
     app = FastAPI(
         title="forkgym verifier service",
         version=__version__,
         description="Grades answers with hard limits and records every outcome in SQL.",
         lifespan=lifespan,
+        docs_url="/docs" if open_docs else None,
+        redoc_url="/redoc" if open_docs else None,
+        openapi_url="/openapi.json" if open_docs else None,
     )
     app.add_middleware(
         Edge,
@@ -233,6 +256,8 @@ def create_app(
             )
 
     guarded = [Depends(authorised)] if config.token is not None else []
+    if not open_docs:
+        _guarded_docs(app, guarded)
 
     async def record(items: list[Item]) -> list[dict[str, Any]]:
         recorder = state["recorder"]

@@ -15,7 +15,8 @@ class ServiceConfig:
     """Everything the service needs; defaults are safe for a laptop.
 
     ``token``: when set, every route but ``/healthz`` needs ``Authorization: Bearer <token>``
-    (default: the ``FORKGYM_TOKEN`` environment variable). Limits are enforced before any
+    (default: the ``FORKGYM_TOKEN`` environment variable), the API documentation and schema
+    (``/docs``, ``/redoc``, ``/openapi.json``) included unless ``public_docs``. Limits are enforced before any
     grading: bodies over ``max_body_bytes`` get 413, batches over ``max_batch`` items and
     texts over their length limits get 422, each with the reason.
     """
@@ -33,6 +34,7 @@ class ServiceConfig:
     store_responses: bool = True
     synchronous: str = "NORMAL"
     cache_size: int = 4096
+    public_docs: bool = False  # with a token: serve /docs, /redoc, /openapi.json without it
 
     def __post_init__(self) -> None:
         if self.workers < 1:

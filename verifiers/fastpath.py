@@ -25,7 +25,9 @@ MAX_FAST_CHARS = 64
 # rounding rule (it keeps ~6 significant decimals); such pairs are never decided here.
 _NEAR = Fraction(1, 10**4)
 
-_INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 1234 or 1,234 (groups of exactly three)
+_INT = (
+    r"(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)"  # 1234 or 1,234 (groups of three; 0,111 is a decimal comma)
+)
 # re.ASCII: \d would also match other scripts' digits, which int() accepts and which are the
 # full grader's business, not the fast path's.
 _DECIMAL = re.compile(rf"([+-]?)({_INT})(?:\.(\d+))?|([+-]?)\.(\d+)", re.ASCII)
@@ -66,6 +68,8 @@ def parse_number(text: str) -> FastNumber | None:
     m = _DECIMAL.fullmatch(s)
     if m:
         if m.group(2) is not None:
+            if m.group(1) == "+" and "," in m.group(2):
+                return None  # math-verify does not read "+1,000" as 1000: not ours to decide
             sign, whole, frac = m.group(1), m.group(2).replace(",", ""), m.group(3)
         else:
             sign, whole, frac = m.group(4), "0", m.group(5)

@@ -47,7 +47,7 @@ def test_refusals_are_clear_and_fast(expression, reason):
     start = time.perf_counter()
     with pytest.raises(ExpressionError, match=reason):
         evaluate(expression)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 5.0  # a bound far above the cost (~1 ms): no hang
 
 
 @given(st.lists(st.integers(0, 10**6), min_size=2, max_size=6), st.data())

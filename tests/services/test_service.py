@@ -276,6 +276,9 @@ def test_bearer_token_protects_everything_but_health(tmp_path):
             ("GET", "/v1/stats"),
             ("GET", "/metrics"),
             ("GET", "/v1/outcomes"),
+            ("GET", "/openapi.json"),
+            ("GET", "/docs"),
+            ("GET", "/redoc"),
         ):
             assert httpx.request(method, f"{srv.url}{path}", json=NORMAL).status_code == 401
             wrong = httpx.request(
@@ -284,9 +287,23 @@ def test_bearer_token_protects_everything_but_health(tmp_path):
             assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
         with VerifierClient(srv.url, token="s3cret") as client:
             assert client.verify("12", r"\boxed{12}").status is Status.CORRECT
+        auth = {"Authorization": "Bearer s3cret"}
+        spec = httpx.get(f"{srv.url}/openapi.json", headers=auth).json()
+        assert "/v1/verify" in spec["paths"]
+        assert "swagger" in httpx.get(f"{srv.url}/docs", headers=auth).text.lower()
         with VerifierClient(srv.url, token="wrong", retries=0) as client:
             refused = client.verify("12", r"\boxed{12}")
             assert refused.status is Status.ERROR and refused.details["http_status"] == 401
+    finally:
+        srv.stop()
+
+
+def test_public_docs_opens_the_documentation_and_nothing_else(tmp_path):
+    srv = start_server(tmp_path / "docs.db", "--workers", "1", "--token", "s3cret", "--public-docs")  # fmt: skip
+    try:
+        assert httpx.get(f"{srv.url}/openapi.json").status_code == 200
+        assert httpx.get(f"{srv.url}/docs").status_code == 200
+        assert httpx.post(f"{srv.url}/v1/verify", json=NORMAL).status_code == 401
     finally:
         srv.stop()
 

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from forkgym.verifiers import AnswerExtractor, register_extractor
 from forkgym.verifiers.extract import EXTRACTORS, last_boxed, strip_math_delimiters
+from tests.timing import growth
 
 
 @pytest.mark.parametrize(
@@ -102,17 +103,7 @@ def test_spans_point_at_the_graded_text():
 
 
 def test_every_strategy_is_linear_on_hostile_text():
-    import time
-
-    hostile = [
-        "<answer>" * 40_000,
-        "answer is " * 20_000,
-        "#### " * 40_000,
-        "1," * 100_000,
-        "\\boxed{" * 40_000,
-    ]
+    hostile = [("<answer>", 10_000), ("answer is ", 5_000), ("#### ", 10_000), ("1,", 25_000), ("\\boxed{", 10_000)]  # fmt: skip
     extract = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "last_number"])
-    for text in hostile:
-        start = time.perf_counter()
-        extract(text)
-        assert time.perf_counter() - start < 1.0, text[:20]
+    for unit, n in hostile:  # 4x the input, at most 8x the time (quadratic would be 16x)
+        assert growth(extract, unit, n) < 8, unit

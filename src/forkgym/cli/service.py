@@ -59,6 +59,10 @@ def serve(
             help="SQLite synchronous mode: NORMAL survives a killed process, FULL also power loss."
         ),
     ] = "NORMAL",
+    public_docs: Annotated[
+        bool,
+        typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve the verifier over HTTP; prints the address once ready; Ctrl-C stops it cleanly."""
@@ -81,6 +85,7 @@ def serve(
             max_response_chars=max_response_chars,
             store_responses=store_responses,
             synchronous=synchronous,
+            public_docs=public_docs,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

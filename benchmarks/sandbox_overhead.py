@@ -1,0 +1,71 @@
+"""Per-call cost of the Python tool's OS sandbox (bubblewrap, seccomp, uid nobody) beside the
+interpreter-only mode it replaced (``isolation="unsafe-local"``: the same runner, limits and
+audit hook, no OS walls), in one run.
+
+Each mode runs ``--calls`` tool calls of two programs, interleaved so that a busy machine
+slows both alike: a trivial one (``print(6 * 7)``, the fixed cost of a call) and a small
+computation (a prime sieve to 50,000, what the env's gold programs do). The median and the
+90th percentile of the wall time per call are printed, and the sandbox's extra cost.
+
+Run: ``python benchmarks/sandbox_overhead.py [--calls 40]`` (needs bubblewrap:
+``apt-get install bubblewrap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from forkgym.envs.isolation import available
+from forkgym.envs.sandbox import SandboxLimits, run_python
+
+PROGRAMS = {
+    "print(6 * 7)": "print(6 * 7)",
+    "sieve to 50,000": (
+        "n = 50000\ns = [True] * n\ns[0] = s[1] = False\n"
+        "for p in range(2, int(n ** 0.5) + 1):\n    if s[p]:\n"
+        "        for q in range(p * p, n, p):\n            s[q] = False\nprint(sum(s))"
+    ),
+}
+MODES = ("unsafe-local", "bwrap")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=40)
+    args = parser.parse_args()
+    problem = available()
+    if problem is not None:
+        print(f"sandbox_overhead: {problem}")
+        return 0
+    limits = SandboxLimits()
+    times: dict[tuple[str, str], list[float]] = {(m, p): [] for m in MODES for p in PROGRAMS}
+    for mode in MODES:  # warm-up: imports, page cache
+        run_python("pass", limits, isolation=mode)
+    for _ in range(args.calls):
+        for name, code in PROGRAMS.items():
+            for mode in MODES:
+                t0 = time.perf_counter()
+                result = run_python(code, limits, isolation=mode)
+                times[(mode, name)].append(time.perf_counter() - t0)
+                if result.status != "tool_ok":
+                    print(f"{mode} {name}: {result}")
+                    return 1
+    print(f"sandbox_overhead  {args.calls} calls per program and mode, interleaved")
+    print(f"{'program':<18}{'mode':<14}{'median ms':>10}{'p90 ms':>9}")
+    for name in PROGRAMS:
+        medians = {}
+        for mode in MODES:
+            values = sorted(times[(mode, name)])
+            medians[mode] = statistics.median(values) * 1000
+            p90 = values[int(0.9 * (len(values) - 1))] * 1000
+            print(f"{name:<18}{mode:<14}{medians[mode]:>10.1f}{p90:>9.1f}")
+        extra = medians["bwrap"] - medians["unsafe-local"]
+        print(f"{'':<18}{'OS sandbox':<14}{extra:>+10.1f} ms per call")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
