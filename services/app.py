@@ -9,6 +9,7 @@ event loop keeps serving while a pathological answer runs into its time limit.
 import asyncio
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -170,6 +171,15 @@ async def _empty_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
+async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Set ``cancel`` once the client has gone (checked every 50 ms while grading runs)."""
+    while not cancel.is_set():
+        if await request.is_disconnected():
+            cancel.set()
+            return
+        await asyncio.sleep(0.05)
+
+
 def _guarded_docs(app: FastAPI, guarded: list[Any]) -> None:
     """``/openapi.json``, ``/docs`` and ``/redoc`` behind the bearer token."""
     from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -259,7 +269,7 @@ def create_app(
     if not open_docs:
         _guarded_docs(app, guarded)
 
-    async def record(items: list[Item]) -> list[dict[str, Any]]:
+    async def record(items: list[Item], request: Request) -> list[dict[str, Any]]:
         recorder = state["recorder"]
         request_id = uuid.uuid4().hex
         start = time.perf_counter()
@@ -268,7 +278,14 @@ def create_app(
             # thread hop costs more than either here; only symbolic answers take one.
             hashes, graded, found, todo = recorder.triage(items)
             if todo:
-                graded.update(await run_in_threadpool(recorder.grade_pool, items, todo))
+                cancel = threading.Event()  # set when the client goes away: grading stops
+                watcher = asyncio.create_task(_watch_disconnect(request, cancel))
+                try:
+                    graded.update(await run_in_threadpool(recorder.grade_pool, items, todo, cancel))
+                finally:
+                    watcher.cancel()
+                if cancel.is_set():  # nobody to answer; nothing recorded, so a retry grades
+                    raise HTTPException(499, "the client closed the connection")
             slots = [found.get(i) for i in range(len(items))]
             new_rows = recorder.build_rows(items, hashes, graded, request_id)
             recorded = await asyncio.wrap_future(recorder.submit(new_rows)) if new_rows else []
@@ -289,6 +306,7 @@ def create_app(
         summary="Grade one answer and record the outcome",
     )
     async def verify(
+        request: Request,
         body: VerifyRequest,  # type: ignore[valid-type]
         idempotency_key: Annotated[str | None, Header(pattern=ID_PATTERN)] = None,
     ) -> Response:
@@ -299,7 +317,7 @@ def create_app(
                     409, "the Idempotency-Key header and the idempotency_key field differ"
                 )
             item.idempotency_key = idempotency_key
-        return _json((await record([item]))[0])
+        return _json((await record([item], request))[0])
 
     @app.post(
         "/v1/verify/batch",
@@ -308,7 +326,7 @@ def create_app(
         responses=_POST_ERRORS,
         summary="Grade many answers in parallel; outcomes come back in order",
     )
-    async def verify_batch(body: BatchRequest) -> Response:  # type: ignore[valid-type]
+    async def verify_batch(request: Request, body: BatchRequest) -> Response:  # type: ignore[valid-type]
         items = [to_item(entry) for entry in body.items]  # type: ignore[attr-defined]
         seen: dict[str, int] = {}
         for i, item in enumerate(items):
@@ -317,7 +335,7 @@ def create_app(
                     raise HTTPException(
                         409, f"items {seen[value]} and {i} share the id or key {value!r}"
                     )
-        return _json({"outcomes": await record(items)})
+        return _json({"outcomes": await record(items, request)})
 
     @app.get(
         "/v1/outcomes/{outcome_id}",

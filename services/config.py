@@ -34,6 +34,8 @@ class ServiceConfig:
     store_responses: bool = True
     synchronous: str = "NORMAL"
     cache_size: int = 4096
+    request_budget_s: float | None = 30.0  # grading time of one request; the rest: timeout
+    timeout_memory_s: float = 600.0  # a timed-out (reference, answer) is answered at once
     public_docs: bool = False  # with a token: serve /docs, /redoc, /openapi.json without it
 
     def __post_init__(self) -> None:
@@ -41,5 +43,7 @@ class ServiceConfig:
             raise ValueError("the service needs at least one worker process")
         if not self.timeout > 0:
             raise ValueError("timeout must be positive")
+        if self.request_budget_s is not None and not self.request_budget_s > 0:
+            raise ValueError("request_budget_s must be positive (or None: no budget)")
         if self.max_batch < 1 or self.max_body_bytes < 1024:
             raise ValueError("max_batch must be >= 1 and max_body_bytes >= 1024")

@@ -12,6 +12,7 @@ silent overwrite.
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -57,7 +58,10 @@ class Recorder:
         )
         self.writer = OutcomeWriter(self.write_engine)
         self.verifier = MathVerifier(
-            timeout=config.timeout, workers=config.workers, cache_size=config.cache_size
+            timeout=config.timeout,
+            workers=config.workers,
+            cache_size=config.cache_size,
+            timeout_memory_s=config.timeout_memory_s,
         )
         self.graded = 0  # items graded and newly recorded: a retry must not increase it
 
@@ -115,10 +119,15 @@ class Recorder:
                 found[i] = row
         return found
 
-    def grade_pool(self, items: list[Item], rest: list[int]) -> dict[int, Outcome]:
-        """Symbolic grading in the worker pool (blocks: run it in a thread)."""
+    def grade_pool(
+        self, items: list[Item], rest: list[int], cancel: threading.Event | None = None
+    ) -> dict[int, Outcome]:
+        """Symbolic grading in the worker pool (blocks: run it in a thread), within the
+        request's budget; ``cancel`` (the client went away) stops it."""
         outcomes = self.verifier.verify_many(
-            [(items[i].reference, items[i].response) for i in rest]
+            [(items[i].reference, items[i].response) for i in rest],
+            budget_s=self.config.request_budget_s,
+            cancel=cancel,
         )
         return dict(zip(rest, outcomes, strict=True))
 

@@ -108,6 +108,7 @@ class MathVerifier:
         memory_limit_mb: int | None = 4096,
         float_rounding: int = 6,
         numeric_precision: int = 15,
+        timeout_memory_s: float = 600.0,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
@@ -125,6 +126,10 @@ class MathVerifier:
         self.numeric_precision = numeric_precision
         self._cache: OrderedDict[tuple[str, str], tuple[Status, dict[str, Any]]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # (reference, answer) pairs that ran out of time, and until when that is remembered:
+        # a retry of a pathological item is answered at once instead of costing the limit again
+        self.timeout_memory_s = float(timeout_memory_s)
+        self._timed_out: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool: WorkerPool | None = None
         if workers > 0:
             self._pool = WorkerPool(
@@ -185,7 +190,13 @@ class MathVerifier:
         item = self._prepare(reference, response)
         return None if item.status is None else self._outcome(item)
 
-    def verify_many(self, pairs: Iterable[Sequence[str]]) -> list[Outcome]:
+    def verify_many(
+        self,
+        pairs: Iterable[Sequence[str]],
+        *,
+        budget_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Outcome]:
         """Grade many ``(reference, response)`` pairs; outcomes come back in the same order.
 
         Identical pairs are graded once, and submissions are windowed so every worker always
@@ -200,7 +211,8 @@ class MathVerifier:
             if item.status is None:
                 todo.setdefault(item.key, []).append(item)  # type: ignore[arg-type]
         if todo:
-            self._grade_symbolic(todo)
+            deadline = None if budget_s is None else time.monotonic() + budget_s
+            self._grade_symbolic(todo, deadline=deadline, cancel=cancel)
         return [self._outcome(item) for item in items]
 
     def _prepare(self, reference: str, response: str) -> _Item:
@@ -219,6 +231,12 @@ class MathVerifier:
         if found.answer is None:
             return self._done(item, Status.INVALID, {"reason": found.reason})
         item.key = (ref, found.answer)
+        if self.timeout_memory_s > 0:
+            with self._cache_lock:
+                until = self._timed_out.get(item.key)
+            if until is not None and time.monotonic() < until:
+                details = {"reason": "time_limit", "limit_s": self.timeout, "path": "timeout_memory"}  # fmt: skip
+                return self._done(item, Status.TIMEOUT, details)
         if self.cache_size:
             with self._cache_lock:
                 hit = self._cache.get(item.key)
@@ -239,8 +257,17 @@ class MathVerifier:
         item.status, item.details, item.end = status, details, time.perf_counter()
         return item
 
-    def _grade_symbolic(self, todo: dict[tuple[str, str], list[_Item]]) -> None:
-        """Stage 3 for every distinct pending key; fills in the waiting items."""
+    def _grade_symbolic(
+        self,
+        todo: dict[tuple[str, str], list[_Item]],
+        deadline: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """Stage 3 for every distinct pending key; fills in the waiting items.
+
+        Past ``deadline`` (``time.monotonic()``), or once ``cancel`` is set, nothing more is
+        started, the items in the workers are stopped (their workers replaced) and every
+        item left is a ``timeout`` with reason ``request_budget`` (or ``cancelled``)."""
         if self._pool is None:
             for key, waiting in todo.items():
                 self._mark_started(waiting)
@@ -270,7 +297,16 @@ class MathVerifier:
                     self._resolve(key, todo[key], *failure_status(exc, self.timeout))
                     continue
                 in_flight[future] = key
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if cancel is not None:
+                wait_s = 0.05 if wait_s is None else min(wait_s, 0.05)
+            done, _ = wait(in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
+            stop = "cancelled" if cancel is not None and cancel.is_set() else None
+            if stop is None and deadline is not None and time.monotonic() >= deadline:
+                stop = "request_budget"
+            if stop is not None and not done:
+                self._stop(todo, pending, in_flight, stop)
+                return
             for future in done:
                 key = in_flight.pop(future)
                 try:
@@ -279,6 +315,21 @@ class MathVerifier:
                 except BaseException as exc:
                     status, details = failure_status(exc, self.timeout)
                 self._resolve(key, todo[key], status, details)
+
+    def _stop(
+        self,
+        todo: dict[tuple[str, str], list[_Item]],
+        pending: deque[tuple[str, str]],
+        in_flight: dict[Future, tuple[str, str]],
+        reason: str,
+    ) -> None:
+        """Stop the items in the workers and give every unfinished item ``reason``."""
+        for future, key in in_flight.items():
+            future.cancel()  # a running task's worker is stopped and replaced
+            self._resolve(key, todo[key], Status.TIMEOUT, {"reason": reason})
+        for key in pending:
+            self._mark_started(todo[key])
+            self._resolve(key, todo[key], Status.TIMEOUT, {"reason": reason})
 
     @staticmethod
     def _mark_started(waiting: list[_Item]) -> None:
@@ -295,6 +346,12 @@ class MathVerifier:
     def _resolve(
         self, key: tuple[str, str], waiting: list[_Item], status: Status, details: dict[str, Any]
     ) -> None:
+        if status is Status.TIMEOUT and details.get("reason") == "time_limit" and self.timeout_memory_s > 0:  # fmt: skip
+            with self._cache_lock:
+                self._timed_out[key] = time.monotonic() + self.timeout_memory_s
+                self._timed_out.move_to_end(key)
+                while len(self._timed_out) > max(self.cache_size, 1024):
+                    self._timed_out.popitem(last=False)
         if self.cache_size and status in _CACHEABLE:
             with self._cache_lock:
                 self._cache[key] = (status, details)

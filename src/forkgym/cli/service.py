@@ -59,6 +59,18 @@ def serve(
             help="SQLite synchronous mode: NORMAL survives a killed process, FULL also power loss."
         ),
     ] = "NORMAL",
+    request_budget: Annotated[
+        float,
+        typer.Option(
+            help="Grading seconds one request may use; its unfinished items come back timeout (0: no budget)."
+        ),
+    ] = 30.0,
+    timeout_memory: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a timed-out answer is remembered and answered at once (0: off)."
+        ),
+    ] = 600.0,
     public_docs: Annotated[
         bool,
         typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
@@ -86,6 +98,8 @@ def serve(
             store_responses=store_responses,
             synchronous=synchronous,
             public_docs=public_docs,
+            request_budget_s=request_budget or None,
+            timeout_memory_s=timeout_memory,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
