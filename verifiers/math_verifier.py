@@ -29,6 +29,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any
 
 from .extract import AnswerExtractor, last_boxed, strip_math_delimiters
+from .fair_slots import FairSlots
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
 from .worker_pool import WorkerPool, failure_status
@@ -131,6 +132,8 @@ class MathVerifier:
         self.timeout_memory_s = float(timeout_memory_s)
         self._timed_out: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool: WorkerPool | None = None
+        # at most one item per worker in the pool; free workers go round-robin to callers
+        self._slots = FairSlots(max(workers, 1))
         if workers > 0:
             self._pool = WorkerPool(
                 workers, preload=[_WORKER_MODULE], memory_limit_mb=memory_limit_mb
@@ -280,41 +283,50 @@ class MathVerifier:
 
         pending = deque(todo)
         in_flight: dict[Future, tuple[str, str]] = {}
-        window = 2 * self.workers
-        while pending or in_flight:
-            while pending and len(in_flight) < window:
-                key = pending.popleft()
-                self._mark_started(todo[key])
-                try:
-                    future = self._pool.submit(
-                        _grade_in_worker,
-                        *key,
-                        self.float_rounding,
-                        self.numeric_precision,
-                        timeout=self.timeout,
-                    )
-                except Exception as exc:  # the pool cannot start: every item says so
-                    self._resolve(key, todo[key], *failure_status(exc, self.timeout))
-                    continue
-                in_flight[future] = key
-            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if cancel is not None:
-                wait_s = 0.05 if wait_s is None else min(wait_s, 0.05)
-            done, _ = wait(in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
-            stop = "cancelled" if cancel is not None and cancel.is_set() else None
-            if stop is None and deadline is not None and time.monotonic() >= deadline:
-                stop = "request_budget"
-            if stop is not None and not done:
-                self._stop(todo, pending, in_flight, stop)
-                return
-            for future in done:
-                key = in_flight.pop(future)
-                try:
-                    status, details = future.result()
-                    status = Status(status)
-                except BaseException as exc:
-                    status, details = failure_status(exc, self.timeout)
-                self._resolve(key, todo[key], status, details)
+        lane = object()  # this call's turn in the pool, shared fairly with concurrent calls
+        try:
+            while pending or in_flight:
+                # start what this call's turn allows; block (briefly) only with nothing running
+                while pending and self._slots.acquire(lane, timeout=0 if in_flight else 0.05):
+                    key = pending.popleft()
+                    self._mark_started(todo[key])
+                    try:
+                        future = self._pool.submit(
+                            _grade_in_worker,
+                            *key,
+                            self.float_rounding,
+                            self.numeric_precision,
+                            timeout=self.timeout,
+                        )
+                    except Exception as exc:  # the pool cannot start: every item says so
+                        self._slots.release()
+                        self._resolve(key, todo[key], *failure_status(exc, self.timeout))
+                        continue
+                    in_flight[future] = key
+                done: set[Future] = set()
+                if in_flight:
+                    wait_s = 0.05 if (pending or cancel is not None) else None
+                    if deadline is not None:
+                        left = max(0.0, deadline - time.monotonic())
+                        wait_s = left if wait_s is None else min(wait_s, left)
+                    done, _ = wait(in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
+                stop = "cancelled" if cancel is not None and cancel.is_set() else None
+                if stop is None and deadline is not None and time.monotonic() >= deadline:
+                    stop = "request_budget"
+                if stop is not None and not done:
+                    self._stop(todo, pending, in_flight, stop)
+                    return
+                for future in done:
+                    key = in_flight.pop(future)
+                    self._slots.release()
+                    try:
+                        status, details = future.result()
+                        status = Status(status)
+                    except BaseException as exc:
+                        status, details = failure_status(exc, self.timeout)
+                    self._resolve(key, todo[key], status, details)
+        finally:
+            self._slots.leave(lane)
 
     def _stop(
         self,
@@ -326,6 +338,7 @@ class MathVerifier:
         """Stop the items in the workers and give every unfinished item ``reason``."""
         for future, key in in_flight.items():
             future.cancel()  # a running task's worker is stopped and replaced
+            self._slots.release()
             self._resolve(key, todo[key], Status.TIMEOUT, {"reason": reason})
         for key in pending:
             self._mark_started(todo[key])

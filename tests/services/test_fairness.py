@@ -16,7 +16,7 @@ import pytest
 from tests.services.conftest import start_server
 
 TOWER = {"reference": "3", "response": r"\boxed{9^{9^{9^{9}}}}"}  # a power tower: times out
-SYMBOLIC = {"reference": r"\frac{1}{2}", "response": r"\boxed{\frac{3}{6}}"}  # needs the pool
+SYMBOLIC = {"reference": "2x+1", "response": r"\boxed{1+2x}"}  # the fast path cannot decide it
 LIMIT = 3.0
 
 
@@ -87,3 +87,24 @@ def test_a_client_that_leaves_frees_the_workers_and_records_nothing(unbudgeted_s
             "select count(*) from verification_outcomes where id like 'gone-%'"
         ).fetchone()
     assert rows == (0,)  # nothing recorded: a retry grades again
+
+
+@pytest.mark.slow
+def test_a_batch_of_slow_items_does_not_queue_ahead_of_another_client(unbudgeted_server):
+    """One worker, a client's batch of four items that each take the full limit: another
+    client's request starts as soon as the worker frees, not after the batch (fair slots)."""
+    import threading
+
+    url = unbudgeted_server.url
+    items = [{**TOWER, "reference": str(n)} for n in (21, 22, 23, 24)]
+    batch = threading.Thread(
+        target=lambda: httpx.post(f"{url}/v1/verify/batch", json={"items": items}, timeout=120)
+    )
+    batch.start()
+    time.sleep(0.5)  # the batch holds the worker
+    response, seconds = _timed(lambda: httpx.post(f"{url}/v1/verify", json=SYMBOLIC, timeout=60))
+    assert response.json()["status"] == "correct"
+    # at most the rest of one item's limit (~2.5 s), then its own grading; first come, first
+    # served would also wait for the batch's next item (over 5.5 s)
+    assert seconds < LIMIT + 1.5
+    batch.join()
