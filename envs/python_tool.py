@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import isolation as iso
+from .remote_sandbox import run_remote
 from .sandbox import SandboxLimits, run_python
 from .task import Task
 from .tool_env import ToolEnv, ToolResult, tool
@@ -102,11 +103,15 @@ class PythonToolEnv(ToolEnv):
         tool_parser: str = "hermes",
         max_turns: int = 4,
         isolation: str = "auto",
+        sandbox_url: str | None = None,
         **common: Any,
     ) -> None:
         """``isolation``: ``auto``/``bwrap`` (the OS sandbox; ``SandboxUnavailable`` with the
-        install step where this machine has none) or ``unsafe-local`` (no OS walls)."""
-        self.isolation = iso.resolve(isolation)
+        install step where this machine has none) or ``unsafe-local`` (no OS walls).
+        ``sandbox_url``: run the code on a remote service with SandboxFusion's ``/run_code``
+        instead (:mod:`forkgym.envs.remote_sandbox`); nothing then runs here."""
+        self.sandbox_url = sandbox_url
+        self.isolation = "remote" if sandbox_url else iso.resolve(isolation)
         if self.isolation == "bwrap":
             # nothing of this process (the task's reference answer, secrets) can be read
             # through /proc by a process of the same uid, even one that escaped
@@ -134,9 +139,12 @@ class PythonToolEnv(ToolEnv):
     )
     def python(self, code: str) -> ToolResult:
         self.episode["runs"] = self.episode.get("runs", 0) + 1
-        result = run_python(
-            code, self.limits, seed=self.task.data["sandbox_seed"], isolation=self.isolation
-        )
+        if self.sandbox_url is not None:
+            result = run_remote(code, self.limits, self.sandbox_url)
+        else:
+            result = run_python(
+                code, self.limits, seed=self.task.data["sandbox_seed"], isolation=self.isolation
+            )
         return ToolResult(result.render(self.limits.shown_chars), result.status)
 
     def gold_action(self) -> str:

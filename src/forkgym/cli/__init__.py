@@ -9,7 +9,7 @@ import typer
 from forkgym import __version__
 
 from .envs import envs_app
-from .service import outcomes, serve
+from .service import outcomes, sandbox_app, serve
 from .train import evaluate, model_app, runs_app, sft, train
 from .verify import verify
 
@@ -48,6 +48,7 @@ app.command()(verify)
 app.add_typer(envs_app, name="envs")
 app.command()(serve)
 app.command()(outcomes)
+app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(model_app, name="model")
 app.command()(sft)
 app.command()(train)

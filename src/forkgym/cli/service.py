@@ -170,3 +170,46 @@ def outcomes(
                 )
             console.print(slow)
     engine.dispose()
+
+
+sandbox_app = typer.Typer(
+    help="The Python tool's sandbox as an HTTP service.", no_args_is_help=True
+)
+
+
+@sandbox_app.command("serve")
+def sandbox_serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0: a free one).")] = 8080,
+    concurrency: Annotated[int, typer.Option(min=1, help="Programs run at once.")] = 2,
+    cpu_seconds: Annotated[int, typer.Option(min=1, help="CPU seconds per program.")] = 2,
+    wall_seconds: Annotated[
+        float, typer.Option(help="Most wall-clock seconds per program.")
+    ] = 10.0,
+    memory_mb: Annotated[int, typer.Option(min=16, help="Address space per program, MiB.")] = 512,
+) -> None:
+    """Serve POST /run_code (SandboxFusion's request shape) over the OS sandbox; prints the
+    address once ready."""
+    import uvicorn
+
+    from forkgym.envs.isolation import SandboxUnavailable
+    from forkgym.envs.sandbox import SandboxLimits
+    from forkgym.services.sandbox_app import create_sandbox_app
+    from forkgym.services.server import bind
+
+    limits = SandboxLimits(cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb)
+    try:
+        app = create_sandbox_app(limits, concurrency=concurrency)
+    except SandboxUnavailable as exc:
+        raise typer.BadParameter(str(exc)) from None
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    original = server.startup
+
+    async def startup(sockets=None):  # type: ignore[no-untyped-def]
+        await original(sockets=sockets)
+        print(f"forkgym sandbox listening on http://{bound_host}:{bound_port}", flush=True)
+
+    server.startup = startup  # type: ignore[method-assign]
+    server.run(sockets=[sock])
