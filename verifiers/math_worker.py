@@ -9,6 +9,7 @@ timeouts are switched off because the pool enforces a hard wall-clock limit from
 from __future__ import annotations
 
 import logging
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -27,8 +28,18 @@ def _parse_answer(answer: str) -> list[Any]:
     return parse("\\boxed{" + answer + "}", list(_CONFIG), parsing_timeout=None)
 
 
+# A bare number with one comma: math-verify reads "1,22" as the decimal 1.22 but
+# "\\boxed{1,22}" as the set {1, 22}. Such a reference is parsed as written, so boxing it for
+# the parser does not change what it means.
+_COMMA_NUMBER = re.compile(r"[+-]?\d+,\d+", re.ASCII)
+
+
 @lru_cache(maxsize=2048)
 def _parse_reference(reference: str) -> tuple[Any, ...]:
+    if _COMMA_NUMBER.fullmatch(reference.strip()):
+        bare = parse(reference.strip(), list(_CONFIG), parsing_timeout=None)
+        if bare:
+            return tuple(bare)
     return tuple(_parse_answer(reference))
 
 

@@ -99,3 +99,17 @@ def test_wherever_the_fast_path_decides_it_agrees_with_the_full_grader(
 )
 def test_a_leading_zero_group_is_not_a_thousands_separator(reference, answer):
     assert fast_compare(reference, answer) is None  # the full grader reads a decimal comma
+
+
+@pytest.mark.parametrize(
+    ("reference", "answer", "status"),
+    [
+        ("1,22", r"\boxed{1.22}", "correct"),  # math-verify reads a bare 1,22 as 1.22 ...
+        ("12,5", r"\boxed{12.5}", "correct"),
+        ("1,22", r"\boxed{1.23}", "incorrect"),
+        ("1,234", r"\boxed{1234}", "correct"),  # ... and 1,234 as 1234, boxed or not
+        ("0,111", r"\boxed{0.111}", "correct"),
+    ],
+)
+def test_a_reference_means_what_it_says_however_it_is_wrapped(full, reference, answer, status):
+    assert full.verify(reference, answer).status.value == status
