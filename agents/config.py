@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from .drift import CORRECTIONS, is_band
+
 __all__ = ["ConfigError", "TrainConfig", "load_plugins", "option_problems"]
 
 
@@ -115,7 +117,7 @@ class TrainConfig:
             (
                 "rollout_correction",
                 isinstance(self.rollout_correction, list)
-                and set(self.rollout_correction) <= {"tis", "seq_mask", "geo_mask"},
+                and set(self.rollout_correction) <= set(CORRECTIONS),
                 "must be a list of tis, seq_mask, geo_mask",
             ),
             (
@@ -126,12 +128,12 @@ class TrainConfig:
             ("tis_clamp", self.tis_clamp >= 1, "must be >= 1"),
             (
                 "seq_mask_band",
-                _is_band(self.seq_mask_band),
+                is_band(self.seq_mask_band),
                 "must be [low, high] with low <= 1 <= high",
             ),
             (
                 "geo_mask_band",
-                _is_band(self.geo_mask_band),
+                is_band(self.geo_mask_band),
                 "must be [low, high] with low <= 1 <= high",
             ),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
@@ -266,10 +268,6 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
-
-
-def _is_band(band: Any) -> bool:
-    return len(band) == 2 and 0 <= band[0] <= 1 <= band[1]
 
 
 def load_plugins(plugins: list[str]) -> list[str]:

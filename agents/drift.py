@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CORRECTIONS", "correction_weights", "drift_metrics"]
+__all__ = ["CORRECTIONS", "correction_weights", "drift_metrics", "is_band"]
 
 CORRECTIONS: tuple[str, ...] = ("tis", "seq_mask", "geo_mask")
 
@@ -75,8 +75,13 @@ def drift_metrics(
     }
 
 
+def is_band(band: Sequence[float]) -> bool:
+    """``[low, high]`` with ``0 <= low <= 1 <= high``: a band around a ratio of 1."""
+    return len(band) == 2 and 0 <= band[0] <= 1 <= band[1]
+
+
 def _check_band(name: str, band: Sequence[float]) -> tuple[float, float]:
-    if len(band) != 2 or not 0 <= band[0] <= 1 <= band[1]:
+    if not is_band(band):
         raise ValueError(f"{name} must be [low, high] with 0 <= low <= 1 <= high, got {band}")
     return float(band[0]), float(band[1])
 

@@ -97,18 +97,19 @@ class Learner:
         """``[N, T]`` log-probs of every row under the training model as it is now (before the
         update): what a separate engine's behaviour log-probs are compared with."""
         return tokens.score(
-            self._current, size=self.config.micro_batch_size, device=self.config.device
-        )
-
-    def _current(self, mb: MicroBatch) -> torch.Tensor:
-        return token_logprobs(
-            self.model, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
+            lambda mb: self._logprobs(self.model, mb),
+            size=self.config.micro_batch_size,
+            device=self.config.device,
         )
 
     def _reference(self, mb: MicroBatch) -> torch.Tensor:
         assert self.reference is not None
+        return self._logprobs(self.reference, mb)
+
+    def _logprobs(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
+        """``model``'s log-probs of a micro-batch at the run's temperature."""
         return token_logprobs(
-            self.reference, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
+            model, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
         )
 
     def update(self, tokens: TokenBatch, advantages: torch.Tensor, step: int) -> Update:

@@ -170,9 +170,9 @@ def run_python(
         finally:
             for fd in pass_fds:
                 os.close(fd)
-        if isolated:  # the whole sandbox is gone before the call returns
-            with os.fdopen(info_read, "rb") as info:
-                iso.wait_for_sandbox(info.read())
+            if pass_fds:  # the sandbox ran (or failed to start): it is gone before we return
+                with os.fdopen(info_read, "rb") as info:
+                    iso.wait_for_sandbox(info.read())
         seconds = time.perf_counter() - start
         text_out = _read(stdout_path, limits.output_bytes)
         text_err = _read(stderr_path, limits.output_bytes)
