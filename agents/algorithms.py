@@ -13,6 +13,8 @@ Algorithms are registered in :data:`ALGORITHMS` and chosen by ``TrainConfig.algo
 * ``critic_free`` (the default): a registered estimator (``TrainConfig.estimator``) maps
   response rewards to response advantages; nothing is learned besides the policy.
 * ``ppo``: a learned value model and GAE over action tokens (:mod:`forkgym.agents.ppo`).
+* ``raft``: rejection-sampling fine-tuning; the verified-correct responses are kept and the
+  policy takes a supervised step on them (:mod:`forkgym.agents.raft`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class Advantages:
     rows: torch.Tensor  # [N] or [N, T], detached, aligned with the TokenBatch's rows
     grid: torch.Tensor  # [P, K] one number per response (0 where invalid), for diagnostics
     metrics: dict[str, float] = field(default_factory=dict)  # logged as they are named
+    # [N] bool: the rows the loss trains on (None: every row). Rows left out keep their
+    # place in the batch (diagnostics, the critic) but contribute no token to the loss.
+    train_rows: torch.Tensor | None = None
 
 
 @runtime_checkable
@@ -48,7 +53,8 @@ class Algorithm(Protocol):
     token_advantages: bool  # `advantages` gives [N, T] rows: the loss must take them
 
     # Optional: ``check(config, **options) -> list[str]``, a classmethod the config calls to
-    # report bad options before any model is loaded.
+    # report bad options before any model is loaded; ``trains_policy(step) -> bool``, False on
+    # steps that train only what the algorithm owns (a critic's warm-up).
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         """Advantages for the rows of ``tokens`` from the (shaped) rewards of ``batch``."""
@@ -117,4 +123,4 @@ class CriticFree:
             self.estimator.load_state_dict(state["estimator"])
 
 
-from . import ppo  # noqa: E402, F401 - registers "ppo" (it builds on this module)
+from . import ppo, raft  # noqa: E402, F401 - register "ppo" and "raft" (they build on this module)

@@ -3,7 +3,7 @@
 ``RUN_DIR/checkpoints/step_NNNNNNN/`` holds the model and tokenizer (``save_pretrained``, so
 the folder is also a model any loader reads), the optimizer (``optimizer.pt``), the
 algorithm's own state (``algorithm.pt``: an estimator's running baseline, a value model) and
-``trainer_state.json`` (step, weight version, torch's RNG state). A checkpoint is written to a
+``trainer_state.json`` (step, weight version, torch's RNG state, the run's running totals). A checkpoint is written to a
 ``.tmp`` folder and renamed into place, so a crash mid-write leaves no half checkpoint.
 """
 
@@ -27,6 +27,7 @@ class Restored:
     optimizer: dict[str, Any]
     algorithm: dict[str, Any]
     torch_rng: torch.Tensor
+    counters: dict[str, float]  # running totals of the run (tokens generated, ...)
 
 
 class Checkpoints:
@@ -48,6 +49,7 @@ class Checkpoints:
         optimizer: dict[str, Any],
         algorithm: dict[str, Any],
         weight_version: int,
+        counters: dict[str, float] | None = None,
     ) -> Path:
         path = self.root / f"step_{step:07d}"
         tmp = path.with_name(path.name + ".tmp")
@@ -62,6 +64,7 @@ class Checkpoints:
             "step": step,
             "weight_version": weight_version,
             "torch_rng": torch.get_rng_state().tolist(),
+            "counters": dict(counters or {}),
         }
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         if path.exists():
@@ -97,4 +100,5 @@ class Checkpoints:
             optimizer=torch.load(path / "optimizer.pt", weights_only=True),
             algorithm=algorithm,
             torch_rng=torch.tensor(state["torch_rng"], dtype=torch.uint8),
+            counters=dict(state.get("counters", {})),
         )

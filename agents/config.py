@@ -48,6 +48,9 @@ class TrainConfig:
     reduction: str | None = None  # None: the loss's own default (named in the metrics)
     steps: int = 100
     time_budget_s: float | None = None  # stop (evaluated and checkpointed) after this long
+    # a budget of generated tokens (every token generated: greedy branches, discarded groups,
+    # a critic's warm-up): the run stops after the step that reaches it
+    max_tokens_generated: int | None = None
     seed: int = 0
     prompts_per_step: int = 8
     k: int = 8  # sampled branches per task
@@ -85,6 +88,8 @@ class TrainConfig:
     seq_mask_band: tuple[float, float] = (0.5, 2.0)
     geo_mask_band: tuple[float, float] = (0.99, 1.01)
     eval_every: int = 25
+    eval_every_tokens: int | None = None  # also evaluate at each multiple of this many tokens
+    eval_at_start: bool = True  # evaluate the starting policy (step 0) too
     eval_episodes: int = 128
     eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)
     eval_seed: int = 10_000  # held-out task seeds are drawn from a separate stream
@@ -166,6 +171,16 @@ class TrainConfig:
                 "needs overlong_buffer > 0 and must be >= overlong_buffer (or null: the budget)",
             ),
             ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
+            (
+                "eval_every_tokens",
+                self.eval_every_tokens is None or self.eval_every_tokens >= 1,
+                "must be >= 1 (or null: by steps only)",
+            ),
+            (
+                "max_tokens_generated",
+                self.max_tokens_generated is None or self.max_tokens_generated >= 1,
+                "must be >= 1 (or null: no token budget)",
+            ),
             ("eval_episodes", self.eval_episodes >= 1, "must be >= 1"),
             ("eval_k", self.eval_k >= 0, "must be >= 0 (0: greedy pass@1 only)"),
             ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),

@@ -1,14 +1,20 @@
 """PPO with a learned critic, the baseline the critic-free estimators are compared against.
 
-``algorithm: ppo`` in a training config. The critic is a separate value model: a copy of the
-policy's transformer trunk (initialised from the policy's weights) with a scalar head that
-starts at zero, so the first advantages are the plain returns. Per step:
+``algorithm: ppo`` in a training config. The critic is, by default, a separate value model: a
+copy of the policy's transformer trunk (initialised from the policy's weights) with a scalar
+head that starts at zero, so the first advantages are the plain returns. With
+``value_model: shared`` it is a scalar head on the policy's own trunk instead: one model in
+memory, and the value loss trains the head only (a value loss flowing into the shared trunk
+would move the policy outside its own clipped loss and reduction, which is what the
+comparison with the critic-free estimators must hold fixed). Per step:
 
 1. the value model scores every row: ``V[t]`` is the value of the state before action token
    ``t`` (read from the trunk's hidden state at ``t - 1``, the alignment of the log-probs);
 2. each response's (shaped) reward sits on its last action token, and GAE runs over action
    tokens only (:func:`~forkgym.agents.critic.gae`: tool output between turns is not a step),
-   with ``gamma`` and ``lam``; optionally the per-response advantages are centred within
+   with ``gamma`` and ``lam`` for the policy's advantages and ``value_lam`` (default: ``lam``)
+   for the critic's targets (long chain-of-thought PPO wants ``value_lam = 1``: an unbiased
+   target, while the policy keeps a lower-variance ``lam``); optionally the per-response advantages are centred within
    their group (``group_centering``: ``loo`` or ``mean``, see
    :func:`~forkgym.agents.critic.critic_group_centered` for the bias each adds);
 3. the policy trains on the token-level advantages with the configured loss (not ``gspo``,
@@ -16,6 +22,9 @@ starts at zero, so the first advantages are the plain returns. Per step:
 4. the value model trains on the returns with PPO's clipped value loss, ``value_epochs``
    passes over the step's mini-batches, with its own AdamW at ``value_lr`` (default: ``lr``)
    under the run's learning-rate schedule.
+
+``value_warmup_steps``: for the first steps only the critic trains (the policy does not move);
+those steps generate rollouts like any other, so their tokens and time count in every budget.
 
 Logged under ``critic/``: value and return means, explained variance before the update,
 value loss, value-clip fraction, the value model's gradient norm and learning rate.
@@ -43,7 +52,7 @@ from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .schedules import lr_factor_at
 
-__all__ = ["PPO", "PPOOptions", "ValueModel"]
+__all__ = ["PPO", "PPOOptions", "SharedValueHead", "ValueModel"]
 
 
 class ValueModel(torch.nn.Module):
@@ -68,12 +77,49 @@ class ValueModel(torch.nn.Module):
         return torch.nn.functional.pad(values, (1, 0))
 
 
+class SharedValueHead(torch.nn.Module):
+    """A scalar head on the POLICY's trunk: its only parameters are the head's.
+
+    The trunk is read without gradient, so the value loss never moves the policy; the trunk is
+    held outside the module's parameters (and state dict), which hold the head alone.
+    """
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self._policy = [policy]  # a list: not registered as a sub-module
+        self.head = torch.nn.Linear(policy.config.hidden_size, 1, bias=True)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.to(next(policy.parameters()).device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            hidden = (
+                self._policy[0]
+                .base_model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids_from_mask(attention_mask),
+                    use_cache=False,
+                )
+                .last_hidden_state
+            )
+        values = self.head(hidden[:, :-1].float()).squeeze(-1)
+        return torch.nn.functional.pad(values, (1, 0))
+
+
+VALUE_MODELS = {"separate": ValueModel, "shared": SharedValueHead}
+
+
 @dataclass(frozen=True)
 class PPOOptions:
     """PPO's own options (``algorithm_kwargs``); see the module docstring."""
 
     gamma: float = 1.0
-    lam: float = 1.0
+    lam: float = 1.0  # the policy's advantages
+    value_lam: float | None = None  # the critic's targets (None: lam)
+    value_model: str = "separate"  # "separate" (a copy of the trunk) or "shared" (a head on it)
+    value_warmup_steps: int = 0  # the first steps train the critic only
     value_lr: float | None = None  # None: the run's lr
     value_clip: float | None = 0.2  # None: the plain squared error
     value_epochs: int | None = None  # None: the run's ppo_epochs
@@ -84,6 +130,17 @@ class PPOOptions:
         out = []
         if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
             out.append(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
+        if self.value_lam is not None and not 0 <= self.value_lam <= 1:
+            out.append(f"value_lam must be in [0, 1] (or null: lam), got {self.value_lam}")
+        if self.value_model not in VALUE_MODELS:
+            out.append(f"value_model must be one of {sorted(VALUE_MODELS)}, got {self.value_model!r}")  # fmt: skip
+        if self.value_warmup_steps < 0:
+            out.append(f"value_warmup_steps must be >= 0, got {self.value_warmup_steps}")
+        elif self.value_warmup_steps >= config.steps:
+            out.append(
+                f"value_warmup_steps={self.value_warmup_steps} leaves no step for the policy "
+                f"(steps={config.steps})"
+            )
         if self.value_lr is not None and not self.value_lr > 0:
             out.append(f"value_lr must be > 0, got {self.value_lr}")
         if self.value_clip is not None and not self.value_clip > 0:
@@ -111,7 +168,7 @@ class PPO:
             raise ValueError("; ".join(problems))
         self.config = config
         self.value_epochs = self.options.value_epochs or config.ppo_epochs
-        self.value = ValueModel(model)
+        self.value = VALUE_MODELS[self.options.value_model](model)
         self.value.train()
         self.optimizer = torch.optim.AdamW(
             self.value.parameters(),
@@ -121,6 +178,10 @@ class PPO:
         )
         self._old_values: torch.Tensor | None = None
         self._returns: torch.Tensor | None = None
+
+    def trains_policy(self, step: int) -> bool:
+        """False during the critic's warm-up: the step trains the value model only."""
+        return step >= self.options.value_warmup_steps
 
     @classmethod
     def check(cls, config: TrainConfig, **options: Any) -> list[str]:
@@ -147,13 +208,11 @@ class PPO:
         mask = tokens.action_mask
         values = self._values(tokens)
         scores = batch.rewards.reshape(-1)[tokens.index].to(torch.float32)
-        adv, returns = gae(
-            terminal_rewards(scores, mask),
-            values,
-            mask,
-            gamma=self.options.gamma,
-            lam=self.options.lam,
-        )
+        rewards = terminal_rewards(scores, mask)
+        adv, returns = gae(rewards, values, mask, gamma=self.options.gamma, lam=self.options.lam)
+        value_lam = self.options.value_lam
+        if value_lam is not None and value_lam != self.options.lam:
+            _, returns = gae(rewards, values, mask, gamma=self.options.gamma, lam=value_lam)
         metrics: dict[str, float] = {}
         if self.options.group_centering is not None:
             adv, stats = self._centred(adv, batch, tokens)

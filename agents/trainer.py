@@ -42,7 +42,7 @@ from .config import TrainConfig
 from .diagnostics import batch_diagnostics
 from .drift import correction_weights, drift_metrics
 from .evaluate import evaluate
-from .learner import Learner
+from .learner import Learner, Update
 from .models import load_policy_model
 from .rollout import Rollouts
 from .runlog import RunLog
@@ -118,6 +118,7 @@ class Trainer:
         measure = not shared or bool(config.rollout_correction)  # corrections need it
         self.measure_drift = measure if config.measure_drift is None else config.measure_drift
         self.step = 0
+        self.tokens_generated_total = 0  # every token generated, over the whole run
         if resume:
             self._resume()
         self.config.save(self.run_dir / "config.yaml")
@@ -156,20 +157,27 @@ class Trainer:
         shaped, shaping_metrics = self.shaping(batch, tokens)
         advantages = self.algorithm.advantages(shaped, tokens)
         time_advantages = time.perf_counter() - t0
+        policy_tokens = tokens
+        if advantages.train_rows is not None:  # e.g. RAFT: only the accepted rows train
+            kept = advantages.train_rows.to(torch.bool)[:, None]
+            policy_tokens = tokens.with_action_mask(tokens.action_mask & kept)
+        trains_policy = getattr(self.algorithm, "trains_policy", None)
+        moves = trains_policy is None or trains_policy(self.step)
 
         offload = getattr(self.policy, "offload", None)
         if offload is not None:  # a colocated engine frees its memory for the update
             offload()
         t0 = time.perf_counter()
         lr = self.learner.set_lr(self.step)
-        update = self.learner.update(tokens, advantages.rows, self.step)
+        update = self.learner.update(policy_tokens, advantages.rows, self.step) if moves else Update()  # fmt: skip
         metrics.update(self.algorithm.update(tokens, self.step))
         time_update = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        sync = self.policy.sync_weights(self.model) or {}
+        sync = (self.policy.sync_weights(self.model) or {}) if moves else {}
         time_sync = time.perf_counter() - t0
         metrics.update({f"sync/{k}": v for k, v in sync.items()})
+        metrics["policy_updated"] = int(moves)
 
         losses = None
         if update.sequence_losses is not None:
@@ -253,23 +261,41 @@ class Trainer:
         """Train to ``config.steps``; evaluate, checkpoint and log on the way.
 
         ``stop(step, metrics) -> bool`` may end the run early (after that step's evaluation,
-        log and checkpoint); ``config.time_budget_s`` does the same on wall-clock time.
+        log and checkpoint); ``config.time_budget_s`` does the same on wall-clock time, and
+        ``config.max_tokens_generated`` on generated tokens (the run overshoots the budget by
+        less than one step's tokens). ``config.eval_every_tokens`` adds an evaluation at the
+        first step at or past each multiple of that many generated tokens.
         ``on_step(step, metrics)`` sees every logged step (the CLI draws its progress bar).
         """
         config = self.config
         started = time.perf_counter()
         last: dict[str, Any] = {}
-        if self.step == 0 and config.eval_every:
+        if (
+            self.step == 0
+            and config.eval_at_start
+            and (config.eval_every or config.eval_every_tokens)
+        ):
             first = {"tokens_generated": 0, "tokens_trained": 0, "reward_mean": None}
             self.log.log(0, {**first, **self.evaluate()})
-        while self.step < config.steps:
+        budget = config.max_tokens_generated
+        while self.step < config.steps and (budget is None or self.tokens_generated_total < budget):
             metrics = self.train_step()
             self.step += 1
-            final = self.step == config.steps or (
-                config.time_budget_s is not None
-                and time.perf_counter() - started >= config.time_budget_s
+            before = self.tokens_generated_total
+            self.tokens_generated_total += int(metrics.get("tokens_generated") or 0)
+            metrics["tokens_generated_total"] = self.tokens_generated_total
+            final = (
+                self.step == config.steps
+                or (budget is not None and self.tokens_generated_total >= budget)
+                or (
+                    config.time_budget_s is not None
+                    and time.perf_counter() - started >= config.time_budget_s
+                )
             )
-            if config.eval_every and (self.step % config.eval_every == 0 or final):
+            every = config.eval_every_tokens
+            crossed = every is not None and self.tokens_generated_total // every > before // every
+            by_steps = config.eval_every and self.step % config.eval_every == 0
+            if (config.eval_every or every) and (by_steps or crossed or final):
                 metrics.update(self.evaluate())
             final = final or (stop is not None and stop(self.step, metrics))
             self.log.log(self.step, metrics)
@@ -293,6 +319,7 @@ class Trainer:
             optimizer=self.learner.state_dict(),
             algorithm=self.algorithm.state_dict(),
             weight_version=self.policy.weight_version,
+            counters={"tokens_generated_total": self.tokens_generated_total},
         )
 
     def _resume(self) -> None:
@@ -300,5 +327,6 @@ class Trainer:
         self.learner.load_state_dict(restored.optimizer)
         self.algorithm.load_state_dict(restored.algorithm)
         self.step = restored.step
+        self.tokens_generated_total = int(restored.counters.get("tokens_generated_total", 0))
         torch.set_rng_state(restored.torch_rng)
         self.policy.sync_weights(self.model, version=restored.weight_version)

@@ -98,3 +98,87 @@ def test_ppo_trains_checkpoints_and_resumes_exactly(tmp_path, warm_model_dir):
 def test_algorithm_backend_and_options_are_validated(values, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**values)
+
+
+def _randomised(ppo, seed=0):
+    """Give the value head random weights, so that values (and GAE's lambda) matter."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        ppo.value.head.weight.copy_(torch.randn(ppo.value.head.weight.shape, generator=g) * 0.3)
+        ppo.value.head.bias.fill_(0.1)
+    return ppo
+
+
+def test_the_critic_targets_take_their_own_lambda(model):
+    from forkgym.agents.critic import gae, terminal_rewards
+
+    tokens = tokens_of(["correct", "incorrect", "correct"], [3, 4, 2])
+    batch = _batch_for(tokens)
+    cfg = TrainConfig(algorithm="ppo", k=3, algorithm_kwargs={"lam": 0.5, "value_lam": 1.0})
+    ppo = _randomised(build_algorithm(cfg, model))
+    adv = ppo.advantages(batch, tokens).rows
+    values, mask = ppo._old_values, tokens.action_mask
+    rewards = terminal_rewards(torch.tensor([1.0, 0.0, 1.0]), mask)
+    want_adv, _ = gae(rewards, values, mask, lam=0.5)
+    _, want_returns = gae(rewards, values, mask, lam=1.0)
+    torch.testing.assert_close(adv, want_adv)
+    torch.testing.assert_close(ppo._returns, want_returns)
+    # lam = 1 targets are the plain terminal returns on every action token
+    torch.testing.assert_close(ppo._returns[mask], rewards.sum(1, keepdim=True).expand_as(mask)[mask])  # fmt: skip
+    assert not torch.allclose(adv[mask] + values[mask], ppo._returns[mask])  # lam=0.5 differs
+
+
+def test_a_shared_value_head_trains_the_head_and_never_the_policy(model):
+    cfg = TrainConfig(algorithm="ppo", lr=1e-2, k=3, algorithm_kwargs={"value_model": "shared"})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ppo = build_algorithm(cfg, model)
+    assert set(ppo.value.state_dict()) == {"head.weight", "head.bias"}
+    assert sum(p.numel() for p in ppo.value.parameters()) == model.config.hidden_size + 1
+    tokens = tokens_of(["correct", "incorrect", "correct"], [3, 4, 2])
+    batch = _batch_for(tokens)
+    losses = []
+    for step in range(8):
+        ppo.advantages(batch, tokens)
+        losses.append(ppo.update(tokens, step)["critic/value_loss"])
+    assert losses[-1] < losses[0] / 2
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_value_warm_up_steps_move_the_critic_only_and_count_their_tokens(tmp_path, warm_model_dir):
+    from tests.conftest import WARM_ENV_KWARGS
+
+    cfg = config(
+        tmp_path, warm_model_dir, "warm", steps=3, algorithm="ppo", env_kwargs=WARM_ENV_KWARGS,
+        algorithm_kwargs={"value_warmup_steps": 2}, eval_every=0, max_new_tokens=12,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    start = [p.detach().clone() for p in trainer.model.parameters()]
+    critic_start = [p.detach().clone() for p in trainer.algorithm.value.parameters()]
+    trainer.train_step()
+    trainer.step += 1
+    first = trainer.train_step()
+    trainer.step += 1
+    assert all(torch.equal(a, b) for a, b in zip(start, trainer.model.parameters(), strict=True))
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(critic_start, trainer.algorithm.value.parameters(), strict=True)
+    )
+    assert first["policy_updated"] == 0 and first["tokens_trained"] == 0
+    assert first["tokens_generated"] > 0 and "critic/value_loss" in first
+    third = trainer.train_step()
+    assert third["policy_updated"] == 1 and third["tokens_trained"] > 0
+    trainer.log.close()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"value_lam": 1.5}, "value_lam must be in [0, 1]"),
+        ({"value_model": "twin"}, "value_model must be one of"),
+        ({"value_warmup_steps": 100}, "leaves no step for the policy"),
+    ],
+)
+def test_new_ppo_options_are_checked(options, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        TrainConfig(algorithm="ppo", steps=10, algorithm_kwargs=options)

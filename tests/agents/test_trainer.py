@@ -317,3 +317,23 @@ def test_a_rollout_correction_anchors_the_ratio_at_the_trainers_own_logprobs(
     # a correction asked for on the shared model is not silently dropped: drift is measured
     shared = config(tmp_path, warm_model_dir, "shared", rollout_correction=["tis"])
     assert Trainer(shared).measure_drift
+
+
+def test_a_token_budget_ends_the_run_within_one_step_and_survives_a_resume(tmp_path, tiny_model_dir):  # fmt: skip
+    budget = dict(steps=50, max_tokens_generated=150, eval_every=0, eval_every_tokens=60,
+                  eval_at_start=False, checkpoint_every=1)  # fmt: skip
+    Trainer(config(tmp_path, tiny_model_dir, "full", **budget)).run()
+    rows = read_metrics(tmp_path / "full")
+    totals = [m["tokens_generated_total"] for m in rows]
+    assert totals == list(torch.tensor([m["tokens_generated"] for m in rows]).cumsum(0))
+    assert totals[-1] >= 150 and totals[-2] < 150  # stopped at the step that reached it
+    evaluated = [m["tokens_generated_total"] for m in rows if "eval_accuracy" in m]
+    crossings = [
+        t for prev, t in zip([0, *totals[:-1]], totals, strict=True) if t // 60 > prev // 60
+    ]
+    assert evaluated == sorted(set(crossings) | {totals[-1]}) and rows[0]["step"] == 1
+    # an interrupted run resumes with its running total
+    Trainer(config(tmp_path, tiny_model_dir, "part", **{**budget, "steps": 2})).run()
+    Trainer(config(tmp_path, tiny_model_dir, "part", **budget), resume=True).run()
+    part = read_metrics(tmp_path / "part")
+    assert [m["tokens_generated_total"] for m in part] == totals
