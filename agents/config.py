@@ -80,6 +80,9 @@ class TrainConfig:
     overlong_max_tokens: int | None = None  # ... ending at this length (None: the budget)
     mask_truncated: bool = False  # DAPO's overlong filtering: truncated responses out of the loss
     diagnose_losses: bool = False  # stratify per-response losses too (diag/loss/by_*)
+    length_edges: list[int] | None = (
+        None  # response-length strata of diag/*/by_length (None: 128, 256, ...)
+    )
     # train/serve drift (agents/drift.py): None measures it when the backend generates with
     # weights of its own (not the trainer's module); corrections: tis, seq_mask, geo_mask
     measure_drift: bool | None = None
@@ -169,6 +172,18 @@ class TrainConfig:
                 self.overlong_max_tokens is None
                 or (self.overlong_buffer > 0 and self.overlong_max_tokens >= self.overlong_buffer),
                 "needs overlong_buffer > 0 and must be >= overlong_buffer (or null: the budget)",
+            ),
+            (
+                "length_edges",
+                self.length_edges is None
+                or (
+                    len(self.length_edges) > 0
+                    and all(
+                        int(a) < int(b)
+                        for a, b in zip(self.length_edges[:-1], self.length_edges[1:], strict=True)
+                    )
+                ),
+                "must be a non-empty increasing list of token counts (or null)",
             ),
             ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
             (

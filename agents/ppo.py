@@ -20,7 +20,7 @@ comparison with the critic-free estimators must hold fixed). Per step:
 3. the policy trains on the token-level advantages with the configured loss (not ``gspo``,
    whose ratio is per response);
 4. the value model trains on the returns with PPO's clipped value loss, ``value_epochs``
-   passes over the step's mini-batches, with its own AdamW at ``value_lr`` (default: ``lr``)
+   passes over the step's ``value_minibatches`` mini-batches (default: the run's), with its own AdamW at ``value_lr`` (default: ``lr``)
    under the run's learning-rate schedule.
 
 ``value_warmup_steps``: for the first steps only the critic trains (the policy does not move);
@@ -123,6 +123,7 @@ class PPOOptions:
     value_lr: float | None = None  # None: the run's lr
     value_clip: float | None = 0.2  # None: the plain squared error
     value_epochs: int | None = None  # None: the run's ppo_epochs
+    value_minibatches: int | None = None  # None: the run's minibatches
     group_centering: str | None = None  # None, "loo" or "mean"
 
     def problems(self, config: TrainConfig) -> list[str]:
@@ -147,6 +148,8 @@ class PPOOptions:
             out.append(f"value_clip must be > 0 (or null: no clipping), got {self.value_clip}")
         if self.value_epochs is not None and self.value_epochs < 1:
             out.append(f"value_epochs must be >= 1, got {self.value_epochs}")
+        if self.value_minibatches is not None and self.value_minibatches < 1:
+            out.append(f"value_minibatches must be >= 1, got {self.value_minibatches}")
         if self.group_centering not in (None, "loo", "mean"):
             out.append(f"group_centering must be null, 'loo' or 'mean', got {self.group_centering!r}")  # fmt: skip
         elif self.group_centering is not None and config.k < 2:
@@ -261,7 +264,7 @@ class PPO:
             tokens,
             None,
             epochs=self.value_epochs,
-            minibatches=config.minibatches,
+            minibatches=self.options.value_minibatches or config.minibatches,
             shuffle_key=lambda epoch: (config.seed, "critic-shuffle", step, epoch),
             micro_batch_size=config.micro_batch_size,
             device=config.device,

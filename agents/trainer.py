@@ -141,6 +141,7 @@ class Trainer:
 
     def train_step(self) -> dict[str, Any]:
         """Collect, compute advantages, update, sync; the step's metrics."""
+        config = self.config
         t_step = time.perf_counter()
         batch, ledger = self.collector.collect(self.step)
         metrics: dict[str, Any] = rollout_metrics(batch, ledger)
@@ -191,6 +192,7 @@ class Trainer:
             lengths=batch.lengths.to(torch.float64),
             losses=losses,
             loss_metrics=update.metrics,
+            **({"length_edges": config.length_edges} if config.length_edges else {}),
         )
         metrics.update(advantages.metrics)
         metrics.update(shaping_metrics)

@@ -1,23 +1,37 @@
-"""Seconds per RL step: TRL's GRPOTrainer beside forkgym's trainer, in one run on this CPU.
+"""Seconds per RL step: TRL's GRPOTrainer beside forkgym's trainer, same model, in one run.
 
 TRL 1.16's GRPOTrainer has been reported at 0.24-0.27 s per step on this CPU (2-digit addition,
-a 1.8M-parameter Llama with a character tokenizer, K=8 x 8 prompts, fp32). This machine's
-speed drifts by 2x from day to day, so a quoted figure is no baseline: this script runs both
-in the same process, one after the other, on the same shape:
+K=8 x 8 prompts, fp32). This machine's speed drifts by 2x from day to day, so a quoted figure
+is no baseline: this script runs both trainers in the same process, one after the other, on
+the very same work:
 
-* TRL: ``GRPOTrainer`` on a freshly initialised 1.83M-parameter Llama (7 layers, hidden 128)
-  with a character tokenizer built here; prompts ``"12+34="``; reward 1 for the exact sum;
-  8 generations per prompt, 8 prompts per step, at most 8 completion tokens, beta 0.
-* forkgym: ``Trainer`` with GRPO on ``forkgym/Arithmetic-v0`` (2-digit addition) with the
-  default tiny model (1.0M parameters, its BPE tokenizer and chat template), K=8 x 8
-  prompts, at most 8 new tokens; prompts without the answer-format sentence
-  (``instruction=False``: 17 tokens, chat template included), run before and after TRL,
-  and once with the full 25-token prompt for reference.
+* the same model: forkgym's default tiny model (1.0M parameters, untrained), built once here
+  with ``init_model(dir, corpus_seeds=8)``; each trainer loads its own copy of that directory
+  (``load_policy_model`` for TRL, ``TrainConfig(model=dir)`` for forkgym), so both start from
+  the same weights with the same BPE tokenizer and chat template. The parameter counts are
+  printed for both (they are equal);
+* the same prompts: ``forkgym/Arithmetic-v0`` (2-digit addition) without the answer-format
+  sentence (``instruction=False``, no system prompt: 17 tokens with the chat template).
+  TRL's dataset is the env's own chat messages for exactly the task seeds forkgym's step ``s``
+  draws (``task_seeds(seed, "train", s, 8)``), in order (``shuffle_dataset=False``), as
+  conversational prompts, so TRL applies the same chat template; its reward function grades
+  each completion by stepping the env reset to that task, as forkgym's rollout does
+  (``forkgym.bench.trl_env_rows`` / ``trl_env_reward``, shared with
+  ``experiments/trl_learning.py``);
+* the same stop tokens: forkgym's rollout ends a turn at ``<|im_end|>`` or ``<|endoftext|>``
+  (``agents/rollout.py: stop_token_ids``). ``init_model`` writes both into the model's
+  ``generation_config.eos_token_id``, and TRL 1.16 stops generation (and masks the completion)
+  at the generation config's eos ids plus the tokenizer's eos, so nothing needs setting: TRL
+  stops at the same two tokens. The script checks this before it times anything;
+* the same shape: K=8 generations x 8 prompts per step, at most 8 new tokens, temperature 1,
+  top-p 1, AdamW at 1e-4 with betas (0.9, 0.99), no weight decay, gradient clipping at 1.0,
+  no KL term (TRL's ``beta=0``), one optimizer step per generation, fp32 on the CPU.
 
-Both models start untrained. forkgym's completions all run to the 8-token budget (its stop
-token is one of ~1,000); TRL's character model draws its end token often enough that about
-half its completions stop early (6.5 tokens on average), so TRL does a little less work per
-step. Two warm-up steps, then the mean of ``--steps``.
+Both models are untrained, so most completions run to the 8-token budget on both sides; the
+mean completion length (stop token included) is printed for each, so a difference in work
+per step shows. forkgym runs before and after TRL (their mean is compared), and once more
+with the full 25-token prompt (``instruction=True``) for reference. Two warm-up steps, then
+the mean of ``--steps``. The target is a forkgym step in at most 0.5x TRL's time.
 Needs TRL, which only the ``bench`` extra installs (``pip install -e .[bench]``).
 Run: ``python benchmarks/trl_step_time.py [--steps N]``.
 """
@@ -26,118 +40,118 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import random
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from forkgym.bench import TRL_CPU_ARGS, require_trl
+from forkgym.bench import TRL_CPU_ARGS, require_trl, trl_env_reward, trl_env_rows
 
-K, PROMPTS, NEW_TOKENS, SEED = 8, 8, 8, 0
-
-
-def addition_tasks(n: int, seed: int) -> list[dict[str, str]]:
-    rng = random.Random(seed)
-    tasks = []
-    for _ in range(n):
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        tasks.append({"prompt": f"{a}+{b}=", "answer": str(a + b)})
-    return tasks
+ENV = "forkgym/Arithmetic-v0"
+K, PROMPTS, NEW_TOKENS, SEED, LR, BETAS = 8, 8, 8, 0, 1e-4, (0.9, 0.99)
+WARMUP = 2
+TARGET = 0.5  # forkgym's time per step at most this times TRL's
 
 
-def char_tokenizer():  # a transformers PreTrainedTokenizerFast
-    """A character-level tokenizer for digits, '+' and '=' (built locally, nothing fetched)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<eos>", "<bos>"]
-    vocab = {tok: i for i, tok in enumerate(specials + list("0123456789+="))}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>"
-    )
+def env_kwargs(instruction: bool) -> dict[str, Any]:
+    return {"system_prompt": None, "operations": "+", "digits": 2, "instruction": instruction}
 
 
-def trl_seconds_per_step(steps: int, out: str) -> tuple[float, int]:
+def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """The length of a chat prompt with the assistant header, as both trainers render it."""
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return len(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+
+def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any]:
     from datasets import Dataset
-    from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    tokenizer = char_tokenizer()
-    torch.manual_seed(SEED)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=7,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config)
+    from forkgym.agents.models import load_policy_model
+    from forkgym.agents.rollout import stop_token_ids
+
+    model, tokenizer = load_policy_model(model_dir)
     params = sum(p.numel() for p in model.parameters())
-
-    def exact_sum(completions: list[str], answer: list[str], **_: object) -> list[float]:
-        return [float(c.strip() == a) for c, a in zip(completions, answer, strict=True)]
-
+    kwargs = env_kwargs(instruction=False)
+    rows = trl_env_rows(ENV, kwargs, SEED, steps + WARMUP, PROMPTS)
+    lengths: list[int] = []
     stamps: list[float] = []
 
     class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args, state, control, **kw):
             stamps.append(time.perf_counter())
 
     args = GRPOConfig(
         output_dir=out,
         **TRL_CPU_ARGS,
         seed=SEED,
-        max_steps=steps + 2,
+        max_steps=steps + WARMUP,
         per_device_train_batch_size=K * PROMPTS,
         num_generations=K,
         max_completion_length=NEW_TOKENS,
-        learning_rate=1e-4,
+        shuffle_dataset=False,  # step s gets the tasks of forkgym's step s
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        adam_beta1=BETAS[0],
+        adam_beta2=BETAS[1],
+        weight_decay=0.0,
+        max_grad_norm=1.0,
         beta=0.0,
     )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=exact_sum,
+        reward_funcs=trl_env_reward(ENV, kwargs, lengths),
         args=args,
-        train_dataset=Dataset.from_list(addition_tasks(K * PROMPTS * (steps + 4), SEED)),
+        train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         callbacks=[Clock()],
     )
+    trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict on stdout
+    ours, theirs = sorted(stop_token_ids(tokenizer)), sorted(trainer.eos_token_ids)
+    if ours != theirs:
+        raise RuntimeError(f"TRL stops at token ids {theirs}, forkgym's rollout at {ours}")
     trainer.train()
-    gaps = [b - a for a, b in itertools.pairwise(stamps[1:])]  # after two warm-up steps
-    return statistics.mean(gaps), params
+    if len(stamps) != steps + WARMUP or len(lengths) != K * PROMPTS * (steps + WARMUP):
+        raise RuntimeError(f"TRL ran {len(stamps)} steps and graded {len(lengths)} completions")
+    gaps = [b - a for a, b in itertools.pairwise(stamps[WARMUP - 1 :])]  # after the warm-up
+    return {
+        "s_per_step": statistics.mean(gaps),
+        "params": params,
+        "completion_tokens": statistics.mean(lengths[K * PROMPTS * WARMUP :]),
+        "prompt_tokens": prompt_tokens(tokenizer, rows[0]["prompt"]),
+        "stop_ids": theirs,
+    }
 
 
-def forkgym_seconds_per_step(steps: int, out: str, instruction: bool) -> tuple[float, int]:
+def forkgym_seconds_per_step(
+    steps: int, model_dir: Path, out: str, instruction: bool
+) -> dict[str, Any]:
     from forkgym.agents.config import TrainConfig
-    from forkgym.agents.models import init_model
     from forkgym.agents.trainer import Trainer
 
-    model = init_model(f"{out}/model", corpus_seeds=8)
     config = TrainConfig(
-        model=str(model),
-        env="forkgym/Arithmetic-v0",
-        env_kwargs={
-            "system_prompt": None,
-            "operations": "+",
-            "digits": 2,
-            "instruction": instruction,
-        },
+        model=str(model_dir),
+        env=ENV,
+        env_kwargs=env_kwargs(instruction),
         estimator="grpo",
         k=K,
         prompts_per_step=PROMPTS,
         max_new_tokens=NEW_TOKENS,
-        steps=steps + 2,
+        temperature=1.0,
+        top_p=1.0,
+        lr=LR,
+        lr_schedule="constant",
+        betas=BETAS,
+        weight_decay=0.0,
+        grad_clip=1.0,
+        steps=steps + WARMUP,
         seed=SEED,
         eval_every=0,
         checkpoint_every=0,
@@ -146,14 +160,21 @@ def forkgym_seconds_per_step(steps: int, out: str, instruction: bool) -> tuple[f
     )
     trainer = Trainer(config)
     params = sum(p.numel() for p in trainer.model.parameters())
-    times = []
-    for _ in range(steps + 2):
+    times, tokens, episodes = [], 0, 0
+    for step in range(steps + WARMUP):
         start = time.perf_counter()
-        trainer.train_step()
+        metrics = trainer.train_step()
         times.append(time.perf_counter() - start)
         trainer.step += 1
+        if step >= WARMUP:
+            tokens += metrics["tokens_generated"]
+            episodes += metrics["episodes"]
     trainer.log.close()
-    return statistics.mean(times[2:]), params
+    return {
+        "s_per_step": statistics.mean(times[WARMUP:]),
+        "params": params,
+        "completion_tokens": tokens / episodes,
+    }
 
 
 def main() -> int:
@@ -163,29 +184,61 @@ def main() -> int:
     trl = require_trl()
     if trl is None:
         return 2
+    from forkgym.agents.models import init_model
+
     with tempfile.TemporaryDirectory() as tmp:
-        ours, our_params = forkgym_seconds_per_step(args.steps, f"{tmp}/a", instruction=False)
-        theirs, their_params = trl_seconds_per_step(args.steps, f"{tmp}/trl")
-        ours_again, _ = forkgym_seconds_per_step(args.steps, f"{tmp}/b", instruction=False)
-        full_prompt, _ = forkgym_seconds_per_step(args.steps, f"{tmp}/c", instruction=True)
-    forkgym = (ours + ours_again) / 2
+        model_dir = init_model(Path(tmp) / "model", corpus_seeds=8)  # both trainers load it
+        ours = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/a", instruction=False)
+        theirs = trl_seconds_per_step(args.steps, model_dir, f"{tmp}/trl")
+        again = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/b", instruction=False)
+        full = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/c", instruction=True)
+        from forkgym.agents.models import load_tokenizer
+
+        tokenizer = load_tokenizer(model_dir)
+        full_prompt = prompt_tokens(
+            tokenizer, trl_env_rows(ENV, env_kwargs(True), SEED, 1, 1)[0]["prompt"]
+        )
+    short_prompt = theirs["prompt_tokens"]
+    forkgym = (ours["s_per_step"] + again["s_per_step"]) / 2
+    forkgym_len = (ours["completion_tokens"] + again["completion_tokens"]) / 2
     print(
-        f"trl_step_time  K={K} x {PROMPTS} prompts, max {NEW_TOKENS} new tokens, 2-digit addition, "
-        f"fp32, torch threads={torch.get_num_threads()}, mean of {args.steps} steps after 2 warm-up"
+        f"trl_step_time  same model (forkgym tiny, untrained), {ENV} 2-digit addition, "
+        f"K={K} x {PROMPTS} prompts, max {NEW_TOKENS} new tokens, lr {LR:g}, fp32, "
+        f"torch threads={torch.get_num_threads()}, mean of {args.steps} steps after {WARMUP} "
+        f"warm-up; both stop at token ids {theirs['stop_ids']}"
     )
-    print(f"{'trainer':44} {'params':>10} {'s/step':>8}")
+    print(f"{'trainer':46} {'params':>10} {'s/step':>8} {'tokens/completion':>18}")
+    rows = [
+        (
+            f"TRL {trl.__version__} GRPOTrainer ({short_prompt}-token prompts)",
+            theirs,
+            theirs["s_per_step"],
+            theirs["completion_tokens"],
+            "",
+        ),
+        (
+            f"forkgym GRPO ({short_prompt}-token prompts)",
+            ours,
+            forkgym,
+            forkgym_len,
+            f"   (runs before and after TRL: {ours['s_per_step']:.3f}, {again['s_per_step']:.3f})",
+        ),
+        (
+            f"forkgym GRPO ({full_prompt}-token prompts)",
+            full,
+            full["s_per_step"],
+            full["completion_tokens"],
+            "",
+        ),
+    ]
+    for name, r, seconds, length, note in rows:
+        print(f"{name:46} {r['params']:>10,} {seconds:>8.3f} {length:>18.2f}{note}")
+    ratio = forkgym / theirs["s_per_step"]
+    verdict = "PASS" if ratio <= TARGET else "FAIL"
     print(
-        f"{'TRL ' + trl.__version__ + ' GRPOTrainer (char tokenizer)':44} {their_params:>10,} {theirs:>8.3f}"
+        f"forkgym / TRL time per step ({short_prompt}-token prompts): {ratio:.2f}x  "
+        f"target <= {TARGET}x: {verdict}"
     )
-    print(
-        f"{'forkgym GRPO (tiny model, 17-token prompts)':44} {our_params:>10,} {forkgym:>8.3f}"
-        f"   (runs before and after TRL: {ours:.3f}, {ours_again:.3f})"
-    )
-    print(
-        f"{'forkgym GRPO (tiny model, 25-token prompts)':44} {our_params:>10,} {full_prompt:>8.3f}"
-    )
-    verdict = "PASS" if forkgym < theirs else "FAIL"
-    print(f"forkgym / TRL time per step: {forkgym / theirs:.2f}x  target < 1: {verdict}")
     return 0
 
 

@@ -45,13 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import torch
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.config import ConfigError, TrainConfig
 from forkgym.agents.runlog import read_metrics
-from forkgym.agents.seeds import task_seeds
 from forkgym.agents.trainer import Trainer
 from forkgym.bench import (
     ARITH_TOKENS,
@@ -61,15 +59,13 @@ from forkgym.bench import (
     TRL_CPU_ARGS,
     held_out,
     require_trl,
+    trl_env_reward,
+    trl_env_rows,
     warm_start,
 )
 
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, BETAS = 8, 8, (0.9, 0.99)
-
-
-def make_env():  # a gymnasium Env
-    return gym.make(ENV, **ARITHMETIC_SHORT)
 
 
 def trl_run(
@@ -82,21 +78,8 @@ def trl_run(
     from forkgym.agents.models import load_policy_model
 
     model, tokenizer = load_policy_model(warm)
-    env = make_env()
-    rows = []
-    for step in range(steps):
-        for task_seed in task_seeds(seed, "train", step, PROMPTS):
-            obs, _ = env.reset(seed=task_seed)
-            rows.append({"prompt": list(obs["messages"]), "task_seed": task_seed})
-    grader = make_env()
-
-    def env_reward(completions: list, task_seed: list[int], **_: object) -> list[float]:
-        rewards = []
-        for completion, s in zip(completions, task_seed, strict=True):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            grader.reset(seed=s)
-            rewards.append(float(grader.step(text)[1]))
-        return rewards
+    rows = trl_env_rows(ENV, ARITHMETIC_SHORT, seed, steps, PROMPTS)
+    env_reward = trl_env_reward(ENV, ARITHMETIC_SHORT)
 
     evals: dict[int, float] = {}
     eval_s = 0.0

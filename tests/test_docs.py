@@ -38,8 +38,9 @@ def test_every_repository_path_the_code_and_docs_mention_exists():
             if not (ROOT / ref).exists():
                 missing.append(f"{path.relative_to(ROOT)}: {ref}")
         for ref in MARKDOWN.findall(text):
-            if "/" in ref or ref in {"README.md"}:
-                continue  # relative links inside docs/ are checked by mkdocs --strict
+            if "/" in ref or ref in {"README.md", "report.md"}:
+                continue  # relative links inside docs/ are checked by mkdocs --strict;
+                # report.md is what forkgym bench writes into its output folder
             if not any(ROOT.rglob(ref)):
                 missing.append(f"{path.relative_to(ROOT)}: {ref}")
     assert not missing, "\n".join(missing)

@@ -6,8 +6,10 @@
   experiment starts from (:func:`warm_start`).
 * **Inputs** of the verifier benchmarks: seeded mixes of GSM8K-like and MATH-like answers
   (:data:`MIXES`).
-* **Baselines**: the settings TRL's trainers run with here (:data:`TRL_CPU_ARGS`) and a quiet
-  import of TRL (:func:`require_trl`); :class:`TimedVerifier` splits a step's time.
+* **Baselines**: the settings TRL's trainers run with here (:data:`TRL_CPU_ARGS`), a quiet
+  import of TRL (:func:`require_trl`), and an environment's own tasks for TRL's
+  ``GRPOTrainer`` (:func:`trl_env_rows`, :func:`trl_env_reward`: the prompts and grading
+  forkgym's trainer sees); :class:`TimedVerifier` splits a step's time.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from math import gcd
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +41,8 @@ __all__ = [
     "integer_mix",
     "math_mix",
     "require_trl",
+    "trl_env_reward",
+    "trl_env_rows",
     "warm_start",
 ]
 
@@ -246,6 +251,57 @@ def require_trl() -> ModuleType | None:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return trl
+
+
+def trl_env_rows(
+    env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int, prompts: int
+) -> list[dict[str, Any]]:
+    """TRL dataset rows for the tasks forkgym's trainer draws in steps ``0 .. steps - 1``
+    (``task_seeds(seed, "train", step, prompts)``), in that order: ``{"prompt": the env's chat
+    messages, "task_seed": ...}``, a conversational prompt, so TRL applies the tokenizer's chat
+    template as forkgym does. Step ``s`` of a ``GRPOTrainer`` with ``prompts`` prompts per step
+    and ``shuffle_dataset=False`` gets the same tasks as forkgym's step ``s``."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.agents.seeds import task_seeds
+
+    env = gym.make(env_id, **env_kwargs)
+    rows = []
+    for step in range(steps):
+        for task_seed in task_seeds(seed, "train", step, prompts):
+            obs, _ = env.reset(seed=task_seed)
+            rows.append({"prompt": list(obs["messages"]), "task_seed": task_seed})
+    env.close()
+    return rows
+
+
+def trl_env_reward(
+    env_id: str, env_kwargs: dict[str, Any], lengths: list[int] | None = None
+) -> Callable[..., list[float]]:
+    """A TRL reward function that grades each completion as forkgym's rollout does: the env
+    reset to the row's ``task_seed`` and stepped with the completion's text. With ``lengths``,
+    the token count of every completion it grades (its stop token included, as TRL passes
+    it) is appended there."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    grader = gym.make(env_id, **env_kwargs)
+
+    def env_reward(
+        completions: list, task_seed: list[int], completion_ids: list | None = None, **_: object
+    ) -> list[float]:
+        if lengths is not None and completion_ids is not None:
+            lengths.extend(len(ids) for ids in completion_ids)
+        rewards = []
+        for completion, s in zip(completions, task_seed, strict=True):
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            grader.reset(seed=s)
+            rewards.append(float(grader.step(text)[1]))
+        return rewards
+
+    return env_reward
 
 
 class TimedVerifier:

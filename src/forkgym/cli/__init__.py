@@ -8,6 +8,7 @@ import typer
 
 from forkgym import __version__
 
+from .bench import bench
 from .envs import envs_app
 from .service import outcomes, sandbox_app, serve
 from .train import evaluate, model_app, runs_app, sft, train
@@ -54,6 +55,7 @@ app.command()(sft)
 app.command()(train)
 app.command("eval")(evaluate)
 app.add_typer(runs_app, name="runs")
+app.command()(bench)
 
 
 def main() -> None:

@@ -1,0 +1,159 @@
+"""Benchmark presets: which regimes, methods, seeds and budget ``forkgym bench`` runs.
+
+A :class:`Regime` is one side of the seed's boundary: a task, a group size and a budget of
+generated tokens that every method in it spends. Within a regime every method starts from the
+same warm start (SFT on gold demonstrations until held-out greedy accuracy reaches
+``warm_accuracy``), trains on the same task seeds at the same learning rate and batch, and is
+evaluated on the same held-out tasks at the same fractions of the budget.
+
+* ``smoke``: a check of the machinery for CI (a minute or two): tiny budget, two seeds.
+* ``quick``: six methods and three seeds on 1-digit-operand arithmetic at K = 8, within 20
+  minutes on a 2-core CPU; TRL's GRPOTrainer beside them when the ``bench`` extra is there.
+* ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
+  multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PRESETS", "Preset", "Regime"]
+
+_ARITH_SHORT = {"system_prompt": None, "operations": "+", "digits": 1, "solution_style": "compact", "instruction": False}  # fmt: skip
+_ARITH_2 = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
+_CALCULATOR = {"system_prompt": None, "digits": 2, "terms": 2, "operations": "+*", "solution_style": "answer"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    about: str
+    env: str
+    env_kwargs: dict[str, Any]
+    max_new_tokens: int  # per assistant turn
+    k: int
+    prompts_per_step: int
+    budget_tokens: int  # generated tokens per run
+    methods: tuple[str, ...]
+    warm_accuracy: float | None  # SFT until held-out greedy accuracy >= this (None: fixed tokens)
+    warm_max_tokens: int
+    warm_batch_size: int = 32  # demonstrations per SFT step (the warm start and the sft method)
+    lr: float = 1e-4
+    length_edges: tuple[int, ...] = (4, 8, 16, 32)
+    checkpoint_every: int = 5  # steps; an interrupted run resumes from here
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    regimes: tuple[Regime, ...]
+    seeds: tuple[int, ...]
+    eval_episodes: int
+    eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_SMOKE = Regime(
+    name="arithmetic-k4",
+    about="1-digit sums, K = 4: a check of the machinery, not a result",
+    env="forkgym/Arithmetic-v0",
+    env_kwargs=_ARITH_SHORT,
+    max_new_tokens=12,
+    k=4,
+    prompts_per_step=2,
+    budget_tokens=400,
+    methods=("rloo", "ppo", "raft", "sft"),
+    warm_accuracy=None,
+    warm_max_tokens=16_000,
+    warm_batch_size=16,
+    lr=1e-4,
+    checkpoint_every=2,
+)
+
+_QUICK = Regime(
+    name="arithmetic-k8",
+    about="2-digit sums with worked answers (the quickstart's task), K = 8 x 8 prompts: many cheap candidates, one reward per episode",
+    env="forkgym/Arithmetic-v0",
+    env_kwargs=_ARITH_2,
+    max_new_tokens=32,
+    k=8,
+    prompts_per_step=8,
+    budget_tokens=120_000,
+    methods=("rloo", "grpo", "dr_grpo", "remax", "ppo", "raft", "sft", "trl_grpo"),
+    warm_accuracy=0.3,
+    warm_max_tokens=2_000_000,
+    lr=2e-4,
+    length_edges=(8, 16, 24, 32),
+)
+
+PRESETS: dict[str, Preset] = {
+    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16),
+    "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2), eval_episodes=100),
+    "full": Preset(
+        "full",
+        (
+            Regime(
+                name="arithmetic-k8",
+                about="2-digit sums with worked answers, K = 8 x 8 prompts: many cheap candidates, one reward per episode",
+                env="forkgym/Arithmetic-v0",
+                env_kwargs=_ARITH_2,
+                max_new_tokens=32,
+                k=8,
+                prompts_per_step=8,
+                budget_tokens=600_000,
+                methods=(
+                    "reinforce_mean",
+                    "remax",
+                    "rloo",
+                    "grpo",
+                    "dr_grpo",
+                    "dapo",
+                    "gspo",
+                    "sapo",
+                    "ppo",
+                    "ppo_shared",
+                    "ppo_hybrid",
+                    "raft",
+                    "sft",
+                    "trl_grpo",
+                    "grpo@seq_mean_token_mean",
+                    "grpo@dr_grpo_constant",
+                ),
+                warm_accuracy=0.2,
+                warm_max_tokens=2_000_000,
+                length_edges=(8, 16, 24, 32),
+            ),
+            Regime(
+                name="calculator-k8",
+                about="multi-turn: a calculator call, its result, then the boxed answer; K = 8",
+                env="forkgym/Calculator-v0",
+                env_kwargs=_CALCULATOR,
+                max_new_tokens=40,
+                k=8,
+                prompts_per_step=8,
+                budget_tokens=600_000,
+                methods=("rloo", "grpo", "remax", "ppo", "ppo_hybrid", "raft", "sft"),
+                warm_accuracy=0.25,
+                warm_max_tokens=2_000_000,
+                length_edges=(16, 32, 48, 64),
+            ),
+            Regime(
+                name="arithmetic-k1",
+                about="2-digit sums, ONE rollout per prompt (64 prompts): no group baseline exists",
+                env="forkgym/Arithmetic-v0",
+                env_kwargs=_ARITH_2,
+                max_new_tokens=32,
+                k=1,
+                prompts_per_step=64,
+                budget_tokens=600_000,
+                methods=("reinforce", "reinforce_ema", "remax", "ppo", "raft", "sft"),
+                warm_accuracy=0.2,
+                warm_max_tokens=2_000_000,
+                length_edges=(8, 16, 24, 32),
+            ),
+        ),
+        seeds=(0, 1, 2),
+        eval_episodes=200,
+    ),
+}

@@ -1,0 +1,361 @@
+"""The benchmark's report: ``report.md`` (tables with 95% intervals over seeds, the verdict of
+each regime) and PNG plots, all read back from the run folders (nothing is kept in memory, so
+a resumed benchmark reports exactly as an uninterrupted one)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..runlog import read_metrics
+from .methods import resolve_method
+from .presets import Preset, Regime
+from .stats import difference, interval
+
+__all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
+
+_GROUPS = ("all_correct", "all_wrong", "mixed")
+
+
+@dataclass
+class RunSummary:
+    """What one run's metrics say, at the budget's marks and at its end."""
+
+    method: str
+    seed: int
+    kind: str
+    budget: int
+    start: float
+    at: dict[float, float]  # fraction of the budget -> held-out accuracy there
+    curve: list[tuple[float, float, float]]  # (tokens, training seconds, accuracy), start first
+    tokens_generated: int
+    last_step_tokens: int
+    tokens_trained: int
+    tokens_sampled: int
+    tokens_accepted: int
+    greedy_tokens: int
+    steps: int
+    train_s: float
+    eval_s: float
+    s_per_step: float
+    groups: dict[str, float]
+    infra_failures: int
+    lengths: list[tuple[float, float]]  # (tokens, mean response length) per step
+    critic: dict[str, float] = field(default_factory=dict)
+    strata: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def final(self) -> float:
+        return self.curve[-1][2]
+
+    @property
+    def within_budget(self) -> bool:
+        """Generated at least the budget and stopped at the step that reached it."""
+        if self.kind == "sft":
+            return self.tokens_generated == 0
+        return self.tokens_generated >= self.budget and self.tokens_generated - self.last_step_tokens < self.budget  # fmt: skip
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    xs = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return statistics.fmean(xs) if xs else math.nan
+
+
+def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float, fractions: tuple[float, ...]) -> RunSummary:  # fmt: skip
+    rows = read_metrics(folder)
+    kind = resolve_method(method).kind
+    budget = regime.budget_tokens
+    x_key = "tokens_trained" if kind == "sft" else "tokens_generated"  # SFT generates nothing
+    x = train_s = 0.0
+    curve = [(0.0, 0.0, start)]
+    lengths = []
+    for r in rows:
+        x += r.get(x_key) or 0
+        train_s += r.get("time/step") or 0.0
+        if r.get("eval_accuracy") is not None:
+            curve.append((x, train_s, r["eval_accuracy"]))
+        if r.get("diag/response_length_mean") is not None:
+            lengths.append((x, r["diag/response_length_mean"]))
+    at = {}
+    for f in fractions:
+        hit = [acc for tokens, _, acc in curve[1:] if tokens >= f * budget]
+        at[f] = hit[0] if hit else math.nan
+    tail = rows[-max(1, len(rows) // 4) :]
+    critic = {}
+    if any("critic/explained_variance" in r for r in rows):
+        head = rows[: max(1, len(rows) // 4)]
+        critic = {
+            "value_loss_first": _mean(head, "critic/value_loss"),
+            "value_loss_last": _mean(tail, "critic/value_loss"),
+            "explained_variance_last": _mean(tail, "critic/explained_variance"),
+            "value_clip_frac": _mean(rows, "critic/value_clip_frac"),
+        }
+    strata: dict[str, float] = {}
+    for key in {k for r in rows for k in r if k.startswith(("diag/adv/by_", "diag/loss/by_")) and k.endswith("/abs_mean")}:  # fmt: skip
+        strata[key[len("diag/") : -len("/abs_mean")]] = _mean(rows, key)
+    steps = [r.get("time/step") for r in rows if r.get("time/step") is not None]
+    return RunSummary(
+        method=method,
+        seed=seed,
+        kind=kind,
+        budget=budget,
+        start=start,
+        at=at,
+        curve=curve,
+        tokens_generated=int(rows[-1].get("tokens_generated_total") or 0) if rows else 0,
+        last_step_tokens=int(rows[-1].get("tokens_generated") or 0) if rows else 0,
+        tokens_trained=int(sum(r.get("tokens_trained") or 0 for r in rows)),
+        tokens_sampled=int(sum(r.get("gen/tokens_sampled") or 0 for r in rows)),
+        tokens_accepted=int(sum(r.get("gen/tokens_accepted") or 0 for r in rows)),
+        greedy_tokens=int(sum(r.get("tokens_generated_greedy") or 0 for r in rows)),
+        steps=len(rows),
+        train_s=train_s,
+        eval_s=sum(r.get("time/eval") or 0.0 for r in rows),
+        s_per_step=statistics.fmean(steps[2:] or steps) if steps else math.nan,
+        groups={g: _mean(rows, f"diag/{g}_of_groups") for g in _GROUPS},
+        infra_failures=int(
+            sum((r.get("infra_failures") or 0) + (r.get("eval_infra_failures") or 0) for r in rows)
+        ),
+        lengths=lengths,
+        critic=critic,
+        strata=strata,
+    )
+
+
+def _collect(out: Path, preset: Preset) -> dict[str, tuple[dict[str, Any], dict[str, list[RunSummary]]]]:  # fmt: skip
+    """regime name -> (warm start info, method -> its seeds' summaries), complete runs only."""
+    found = {}
+    for regime in preset.regimes:
+        marker = out / regime.name / "warm" / "warm.json"
+        if not marker.exists():
+            continue
+        warm = json.loads(marker.read_text())
+        runs: dict[str, list[RunSummary]] = defaultdict(list)
+        for done in sorted((out / regime.name).glob("*-seed*/done.json")):
+            info = json.loads(done.read_text())
+            runs[info["method"]].append(summarise(done.parent, info["method"], info["seed"], regime, warm["accuracy"], preset.eval_fractions))  # fmt: skip
+        order = [m for m in regime.methods if m in runs] + sorted(m for m in runs if m not in regime.methods)  # fmt: skip
+        found[regime.name] = (warm, {m: runs[m] for m in order})
+    return found
+
+
+def _fmt_int(x: float) -> str:
+    return f"{x:,.0f}" if math.isfinite(x) else "-"
+
+
+def verdict(runs: dict[str, list[RunSummary]]) -> str:
+    """Which method ends highest, and whether its lead over each other method holds in a 95%
+    interval of the difference (Welch); no claim beyond the intervals."""
+    finals = {m: [r.final for r in rs] for m, rs in runs.items() if rs}
+    if len(finals) < 2:
+        return "fewer than two methods: nothing to compare."
+    best = max(finals, key=lambda m: statistics.fmean(finals[m]))
+    ties, beaten = [], []
+    for m, xs in finals.items():
+        if m == best:
+            continue
+        d = difference(finals[best], xs)
+        (beaten if d[1] > 0 else ties).append(f"{m} ({d.mean:+.3f}, 95% interval [{d[1]:+.3f}, {d[2]:+.3f}])")  # fmt: skip
+    text = f"highest mean final accuracy: **{best}** ({statistics.fmean(finals[best]):.3f} over {len(finals[best])} seeds). "  # fmt: skip
+    if not ties:
+        return text + "Its lead over every other method holds in the 95% interval of the difference: it wins this regime."  # fmt: skip
+    text += "Its lead is NOT established over: " + "; ".join(ties) + "."
+    if beaten:
+        text += " It is ahead, outside the interval, of: " + "; ".join(beaten) + "."
+    return text
+
+
+def _table(regime: Regime, warm: dict[str, Any], runs: dict[str, list[RunSummary]], fractions: tuple[float, ...]) -> list[str]:  # fmt: skip
+    marks = [f for f in fractions if f < 1]
+    head = ["method", "seeds", "final held-out", "gain"] + [f"@{f:.0%}" for f in marks]
+    head += ["generated (mean)", "budget kept", "sampled / accepted", "trained on", "train s", "s/step",
+             "groups correct/wrong/mixed", "infra fail", "length first→last"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, rs in runs.items():
+        final = interval([r.final for r in rs])
+        gain = interval([r.final - r.start for r in rs])
+        cells = [method, str(len(rs)), str(final), f"{gain.mean:+.3f}"]
+        cells += [str(interval([r.at[f] for r in rs])) for f in marks]
+        cells.append(_fmt_int(statistics.fmean(r.tokens_generated for r in rs)))
+        cells.append("yes" if all(r.within_budget for r in rs) else "NO")
+        if rs[0].kind == "rl":
+            cells.append(f"{_fmt_int(statistics.fmean(r.tokens_sampled for r in rs))} / {_fmt_int(statistics.fmean(r.tokens_accepted for r in rs))}")  # fmt: skip
+        else:
+            cells.append("-")
+        cells.append(_fmt_int(statistics.fmean(r.tokens_trained for r in rs)))
+        cells.append(f"{statistics.fmean(r.train_s for r in rs):.1f}")
+        cells.append(f"{statistics.fmean(r.s_per_step for r in rs):.3f}")
+        g = [statistics.fmean(r.groups[k] for r in rs) for k in _GROUPS]
+        cells.append("-" if any(math.isnan(x) for x in g) else " / ".join(f"{x:.2f}" for x in g))
+        cells.append(str(sum(r.infra_failures for r in rs)))
+        first = [r.lengths[0][1] for r in rs if r.lengths]
+        last = [statistics.fmean(v for _, v in r.lengths[-max(1, len(r.lengths) // 4) :]) for r in rs if r.lengths]  # fmt: skip
+        cells.append(
+            f"{statistics.fmean(first):.1f}→{statistics.fmean(last):.1f}" if first else "-"
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _machine() -> str:
+    import torch
+
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {sys.version.split()[0]}"
+    )
+
+
+def write_report(out: str | Path, preset: Preset, *, log: Any = print) -> Path:
+    from .plots import plot_regime
+
+    out = Path(out)
+    found = _collect(out, preset)
+    lines = [
+        f"# forkgym bench: preset `{preset.name}`",
+        "",
+        f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {_machine()}.",
+        f"Command: `forkgym bench --preset {preset.name} --out {out}`. Held-out accuracy is greedy "
+        f"pass@1 on {preset.eval_episodes} tasks no training step draws; intervals are 95% "
+        "Student-t intervals of the mean over seeds. Every method of a regime starts from the same "
+        "warm start and spends the same budget of generated tokens (every token: greedy branches, "
+        "discarded groups, a critic's warm-up, rejected samples); SFT generates none and trains on "
+        "as many gold tokens instead.",
+        "",
+    ]
+    summary = ["## Verdicts", ""]
+    body = []
+    for regime in preset.regimes:
+        if regime.name not in found:
+            continue
+        warm, runs = found[regime.name]
+        pics = plot_regime(out, regime, runs, warm)
+        summary.append(f"- **{regime.name}** ({regime.about}): {verdict(runs)}")
+        body += [
+            f"## {regime.name}",
+            "",
+            f"{regime.about}. `{regime.env}` {json.dumps(regime.env_kwargs)}, K = {regime.k} x "
+            f"{regime.prompts_per_step} prompts per step, at most {regime.max_new_tokens} new "
+            f"tokens per turn, lr {regime.lr:g}; budget {regime.budget_tokens:,} generated "
+            f"tokens per run. Warm start: held-out {warm['accuracy']:.3f} after "
+            f"{warm['sft_tokens']:,} SFT tokens.",
+            "",
+            *_table(regime, warm, runs, preset.eval_fractions),
+            "",
+            "Columns: accuracy at each fraction of the budget is the evaluation at the first step "
+            "that reached it; *generated* counts every token the generator produced, *budget kept* "
+            "says it reached the budget and stopped at that step; *sampled / accepted* are "
+            "the sampled-branch tokens and those in groups the step kept (dynamic sampling "
+            "discards the rest; greedy tokens are in *generated* only); *trained on* is the "
+            "tokens in the loss; *train s* excludes evaluations; group fractions are over the "
+            "steps' groups; *length* is the mean response length over the first step and the "
+            "last quarter of steps.",
+            "",
+        ]
+        critics = {m: rs for m, rs in runs.items() if rs and rs[0].critic}
+        if critics:
+            body += [
+                "Learned critics (first and last quarter of steps):",
+                "",
+                "| method | value loss first → last | explained variance (last quarter) | value-clip fraction |",
+                "|---|---|---|---|",
+            ]
+            for m, rs in critics.items():
+                c = [r.critic for r in rs]
+                ev = interval([x["explained_variance_last"] for x in c])
+                body.append(
+                    f"| {m} | {statistics.fmean(x['value_loss_first'] for x in c):.4f} → "
+                    f"{statistics.fmean(x['value_loss_last'] for x in c):.4f} | {ev} | "
+                    f"{statistics.fmean(x['value_clip_frac'] for x in c):.3f} |"
+                )
+            body.append("")
+        if "trl_grpo" in runs and "grpo" in runs:
+            body += _trl_section(runs["grpo"], runs["trl_grpo"])
+        body += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in pics] + [""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines + summary + [""] + body) + "\n")
+    log(f"report: {path}")
+    return path
+
+
+def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
+    a, b = interval([r.s_per_step for r in ours]), interval([r.s_per_step for r in theirs])
+    fa, fb = interval([r.final for r in ours]), interval([r.final for r in theirs])
+    ratio = a.mean / b.mean
+    d = difference([r.final for r in ours], [r.final for r in theirs])
+    accuracy = "equal or better" if d.mean >= 0 else "lower"
+    target = "met" if ratio <= 0.5 and d.mean >= 0 else "NOT met"
+    return [
+        "Beside TRL (same model and tokenizer, tasks, reward, K, batch, lr and budget):",
+        "",
+        "| trainer | s/step | final held-out |",
+        "|---|---|---|",
+        f"| forkgym grpo | {a} | {fa} |",
+        f"| TRL GRPOTrainer | {b} | {fb} |",
+        "",
+        f"forkgym's time per step is {ratio:.2f}x TRL's; its final accuracy is {accuracy} "
+        f"({d.mean:+.3f}, 95% interval [{d[1]:+.3f}, {d[2]:+.3f}]). Target (at most 0.5x at equal "
+        f"or better accuracy per generated token): {target}.",
+        "",
+    ]
+
+
+def check_report(out: str | Path, preset: Preset, methods: list[str] | None = None) -> list[str]:
+    """What is wrong with a finished benchmark folder (nothing: ``[]``): every run complete,
+    every forkgym run within one step of the budget, the report's sections and plots there,
+    each plot a PNG that matplotlib reads back."""
+    import matplotlib.image
+
+    out = Path(out)
+    problems = []
+    report = out / "report.md"
+    if not report.exists():
+        return [f"{report} is missing"]
+    text = report.read_text()
+    found = _collect(out, preset)
+    for regime in preset.regimes:
+        if regime.name not in found:
+            problems.append(f"{regime.name}: no warm start")
+            continue
+        if f"## {regime.name}" not in text:
+            problems.append(f"{regime.name}: no section in report.md")
+        _, runs = found[regime.name]
+        for name in methods or regime.methods:
+            method = resolve_method(name)
+            if method.kind == "trl" or (method.needs_group and regime.k < 2):
+                continue
+            seeds = sorted(r.seed for r in runs.get(name, []))
+            if seeds != sorted(preset.seeds):
+                problems.append(f"{regime.name}/{name}: runs for seeds {seeds}, want {list(preset.seeds)}")  # fmt: skip
+            for r in runs.get(name, []):
+                if not r.within_budget:
+                    problems.append(f"{regime.name}/{name} seed {r.seed}: generated {r.tokens_generated:,} for a budget of {r.budget:,} (last step {r.last_step_tokens:,})")  # fmt: skip
+                if r.kind == "rl" and r.tokens_sampled + r.greedy_tokens != r.tokens_generated:
+                    problems.append(f"{regime.name}/{name} seed {r.seed}: sampled {r.tokens_sampled:,} + greedy {r.greedy_tokens:,} != generated {r.tokens_generated:,}")  # fmt: skip
+                if r.kind == "rl" and r.tokens_accepted > r.tokens_sampled:
+                    problems.append(f"{regime.name}/{name} seed {r.seed}: more accepted than sampled tokens")  # fmt: skip
+        for kind in ("accuracy-tokens", "accuracy-time", "strata", "length"):
+            png = out / "plots" / f"{regime.name}-{kind}.png"
+            if not png.exists() or f"plots/{png.name}" not in text:
+                problems.append(f"{png} missing or not in report.md")
+                continue
+            try:
+                image = matplotlib.image.imread(png)
+            except Exception as exc:  # a broken file is the finding
+                problems.append(f"{png} does not open as an image: {exc}")
+                continue
+            if image.ndim != 3 or image.shape[0] < 100:
+                problems.append(f"{png}: unexpected image shape {image.shape}")
+    for column in ("sampled / accepted", "trained on", "generated (mean)", "budget kept"):
+        if column not in text:
+            problems.append(f"report.md has no {column!r} column")
+    return problems

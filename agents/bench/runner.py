@@ -1,0 +1,280 @@
+"""Running a benchmark: warm starts, then every method x seed at one generation budget.
+
+Layout of the output folder (everything a report needs is read back from it)::
+
+    OUT/bench.json                     the preset as run (a resumed run must match it)
+    OUT/REGIME/warm/                   the regime's warm start (a model folder) + warm.json
+    OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints
+    OUT/REGIME/METHOD-seedS/done.json  written last: the run is complete
+
+Resuming (the same command again): complete runs are skipped, a forkgym run with a checkpoint
+continues from it (bit-identical to an uninterrupted run on the CPU), an SFT or TRL run
+without ``done.json`` starts again (they are short and have no mid-run checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import TrainConfig
+from .methods import Method, resolve_method
+from .presets import Preset, Regime
+
+__all__ = ["EVAL_SEED", "held_out_accuracy", "run_bench", "run_dir"]
+
+EVAL_SEED = 10_000  # held-out tasks: the eval stream, shared by every method and seed
+Log = Callable[[str], None]
+
+
+def run_dir(out: Path, regime: Regime, method: str, seed: int) -> Path:
+    return out / regime.name / f"{method}-seed{seed}"
+
+
+def held_out_accuracy(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:  # fmt: skip
+    """Greedy pass@1 on the regime's held-out tasks, with the seconds it took."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    from ..evaluate import evaluate
+    from ..hf_policy import HFPolicy
+
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    out = evaluate(
+        HFPolicy(model, tokenizer, seed=0),
+        tokenizer,
+        lambda: gym.make(regime.env, **regime.env_kwargs),
+        episodes=episodes,
+        seed=EVAL_SEED,
+        max_new_tokens=regime.max_new_tokens,
+    )
+    model.train(was_training)
+    return {**out, "time/eval": time.perf_counter() - t0}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) -> dict[str, Any]:
+    """The regime's starting policy (cached in ``OUT/REGIME/warm``): SFT on gold
+    demonstrations until held-out greedy accuracy reaches ``regime.warm_accuracy``, checked
+    every 2,000 tokens or so (or for ``warm_max_tokens`` when it is None)."""
+    from ..models import load_policy_model
+    from ..sft import sft
+
+    folder = out / regime.name / "warm"
+    marker = folder / "warm.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    if folder.exists():
+        shutil.rmtree(folder)
+    seen: dict[str, float] = {}
+    target = regime.warm_accuracy
+
+    def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
+        acc = held_out_accuracy(model, tokenizer, regime, preset.eval_episodes)["eval_accuracy"]
+        seen.update(accuracy=acc, tokens=tokens)
+        log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> held-out {acc:.3f}")
+        return target is not None and acc >= target
+
+    t0 = time.perf_counter()
+    result = sft(
+        str(base),
+        regime.env,
+        tokens=regime.warm_max_tokens,
+        out=folder,
+        seed=0,
+        env_kwargs=regime.env_kwargs,
+        batch_size=regime.warm_batch_size,
+        until=reached if target is not None else None,
+        check_every=10,
+    )
+    model, tokenizer = load_policy_model(folder)
+    start = held_out_accuracy(model, tokenizer, regime, preset.eval_episodes)
+    if target is not None and start["eval_accuracy"] < target:
+        raise RuntimeError(
+            f"{regime.name}: the warm start reached {start['eval_accuracy']:.3f} < {target} "
+            f"after {result['tokens']:,} SFT tokens"
+        )
+    info = {
+        "model": str(folder),
+        "sft_tokens": int(result["tokens"]),
+        "seconds": time.perf_counter() - t0,
+        "accuracy": start["eval_accuracy"],
+        "eval_infra_failures": start["eval_infra_failures"],
+    }
+    _write_json(marker, info)
+    return info
+
+
+def _train_config(regime: Regime, preset: Preset, method: Method, seed: int, model: str, folder: Path) -> TrainConfig:  # fmt: skip
+    values: dict[str, Any] = dict(
+        model=model,
+        env=regime.env,
+        env_kwargs=dict(regime.env_kwargs),
+        seed=seed,
+        steps=1_000_000,  # the token budget ends the run
+        max_tokens_generated=regime.budget_tokens,
+        prompts_per_step=regime.prompts_per_step,
+        k=regime.k,
+        max_new_tokens=regime.max_new_tokens,
+        lr=regime.lr,
+        eval_every=0,
+        eval_every_tokens=max(1, int(regime.budget_tokens * min(preset.eval_fractions))),
+        eval_at_start=False,  # the warm start's accuracy is measured once per regime
+        eval_episodes=preset.eval_episodes,
+        eval_k=0,
+        eval_seed=EVAL_SEED,
+        checkpoint_every=regime.checkpoint_every,
+        keep_checkpoints=1,
+        diagnose_losses=True,
+        length_edges=list(regime.length_edges),
+        out=str(folder),
+        progress=False,
+    )
+    values.update(method.overrides)
+    return TrainConfig(**values)
+
+
+def run_rl(regime: Regime, preset: Preset, method: Method, seed: int, model: str, folder: Path, log: Log) -> None:  # fmt: skip
+    from ..trainer import Trainer
+
+    config = _train_config(regime, preset, method, seed, model, folder)
+    resume = (folder / "checkpoints").exists() and any((folder / "checkpoints").glob("step_*[0-9]"))  # fmt: skip
+    if not resume and folder.exists():
+        shutil.rmtree(folder)
+    trainer = Trainer(config, resume=resume)
+    if resume:
+        log(f"    resuming {folder.name} at step {trainer.step}")
+    trainer.run()
+
+
+def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path, log: Log) -> None:
+    """Supervised steps on gold demonstrations for as many tokens as the generation budget
+    (the demonstrations come from a seed stream the warm start did not use); held-out
+    accuracy at the same fractions of it. Logged like a training run: nothing is generated."""
+    from ..sft import sft
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    metrics = (folder / "metrics.jsonl").open("w", encoding="utf-8")
+    marks = [int(f * regime.budget_tokens) for f in preset.eval_fractions]
+    state = {"step": 0, "total": 0, "clock": time.perf_counter()}
+
+    def until(model_: Any, tokenizer: Any, tokens: int) -> bool:
+        now = time.perf_counter()
+        state["step"] += 1
+        row: dict[str, Any] = {
+            "step": state["step"],
+            "tokens_generated": 0,
+            "tokens_generated_total": 0,
+            "tokens_trained": tokens - state["total"],
+            "time/step": now - state["clock"],
+        }
+        if any(state["total"] < m <= tokens for m in marks):
+            row.update(held_out_accuracy(model_, tokenizer, regime, preset.eval_episodes))
+        state["total"] = tokens
+        metrics.write(json.dumps(row) + "\n")
+        metrics.flush()
+        state["clock"] = time.perf_counter()
+        return False
+
+    sft(
+        model,
+        regime.env,
+        tokens=regime.budget_tokens,
+        out=folder / "model",
+        seed=1_000 + seed,
+        batch_size=regime.warm_batch_size,
+        env_kwargs=regime.env_kwargs,
+        until=until,
+        check_every=1,
+    )
+    metrics.close()
+
+
+def run_bench(
+    preset: Preset,
+    out: str | Path,
+    *,
+    methods: list[str] | None = None,
+    seeds: list[int] | None = None,
+    log: Log = print,
+) -> Path:
+    """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
+    report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it."""
+    from transformers.utils import logging as hf_logging
+
+    from ..models import init_model
+    from .report import write_report
+
+    hf_logging.disable_progress_bar()  # one bar per checkpoint save otherwise
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = {name: resolve_method(name) for name in methods} if methods else None
+    record = {
+        "preset": dataclasses.asdict(preset),
+        "methods": sorted(chosen) if chosen else None,
+        "seeds": list(seeds) if seeds else None,
+    }
+    manifest = out / "bench.json"
+    if manifest.exists():
+        previous = json.loads(manifest.read_text())
+        if previous != json.loads(json.dumps(record)):
+            raise ValueError(
+                f"{out} holds a different benchmark ({previous['preset']['name']}, methods "
+                f"{previous['methods']}, seeds {previous['seeds']}); use another --out"
+            )
+    _write_json(manifest, record)
+    base = out / "base-model"
+    if not (base / "config.json").exists():
+        init_model(base)
+    for regime in preset.regimes:
+        log(f"regime {regime.name}: {regime.about}")
+        warm = warm_start(out, regime, preset, base, log)
+        log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
+        names = list(chosen) if chosen else list(regime.methods)
+        for name in names:
+            method = chosen[name] if chosen and name in chosen else resolve_method(name)
+            if method.needs_group and regime.k < 2:
+                log(f"  skip {name}: it compares the K responses of a prompt and K = 1 here")
+                continue
+            if method.kind == "trl" and not _have_trl():
+                log(f"  skip {name}: TRL is not installed (pip install -e .[bench])")
+                continue
+            for seed in seeds or preset.seeds:
+                folder = run_dir(out, regime, name, seed)
+                if (folder / "done.json").exists():
+                    continue
+                log(f"  {name} seed {seed}")
+                t0 = time.perf_counter()
+                if method.kind == "sft":
+                    run_sft(regime, preset, seed, warm["model"], folder, log)
+                elif method.kind == "trl":
+                    from .trl_run import run_trl
+
+                    run_trl(regime, preset, seed, warm["model"], folder)
+                else:
+                    run_rl(regime, preset, method, seed, warm["model"], folder, log)
+                _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0})  # fmt: skip
+    return write_report(out, preset, log=log)
+
+
+def _have_trl() -> bool:
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return False
+    return True
