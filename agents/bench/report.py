@@ -24,6 +24,7 @@ from .stats import difference, interval
 __all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
 
 _GROUPS = ("all_correct", "all_wrong", "mixed")
+_PHASES = ("generate", "env_and_verify", "advantages", "forward_and_loss", "backward", "optimizer", "sync")  # fmt: skip
 
 
 @dataclass
@@ -52,6 +53,7 @@ class RunSummary:
     lengths: list[tuple[float, float]]  # (tokens, mean response length) per step
     critic: dict[str, float] = field(default_factory=dict)
     strata: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # mean seconds per step, by phase
 
     @property
     def final(self) -> float:
@@ -128,6 +130,9 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
         lengths=lengths,
         critic=critic,
         strata=strata,
+        phases={
+            p: _mean(rows, f"time/{p}") for p in _PHASES if any(f"time/{p}" in r for r in rows)
+        },
     )
 
 
@@ -305,6 +310,15 @@ def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
         f"forkgym's time per step is {ratio:.2f}x TRL's; its final accuracy is {accuracy} "
         f"({d.mean:+.3f}, 95% interval [{d[1]:+.3f}, {d[2]:+.3f}]). Target (at most 0.5x at equal "
         f"or better accuracy per generated token): {target}.",
+        "",
+        "Where forkgym's step goes (mean seconds per step over its seeds): "
+        + ", ".join(
+            f"{p} {statistics.fmean(r.phases.get(p, 0.0) for r in ours):.3f}"
+            for p in _PHASES
+            if any(p in r.phases for r in ours)
+        )
+        + ". TRL logs no breakdown; its step runs the same model over the same tokens "
+        "(generation with transformers' `generate`, one forward and backward, AdamW).",
         "",
     ]
 

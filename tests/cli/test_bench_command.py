@@ -1,0 +1,45 @@
+"""``forkgym bench``: listing, clean refusals, and a checked smoke run."""
+
+import pytest
+from typer.testing import CliRunner
+
+from forkgym.cli import app
+
+runner = CliRunner()
+
+
+def test_list_names_every_method_and_preset():
+    result = runner.invoke(app, ["bench", "--list"])
+    assert result.exit_code == 0
+    for name in ("rloo", "ppo", "ppo_hybrid", "raft", "sft", "trl_grpo", "preset quick", "preset full"):  # fmt: skip
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--preset", "fast"], "unknown preset 'fast'"),
+        (["--methods", "rloo,grpoo"], "unknown benchmark method 'grpoo'"),
+        (["--methods", "grpo@mean"], "unknown reduction 'mean'"),
+        (["--seeds", "0,x"], "seeds must be integers"),
+    ],
+)
+def test_mistakes_are_one_line_errors_that_start_nothing(tmp_path, args, message):
+    result = runner.invoke(app, ["bench", "--out", str(tmp_path / "b"), *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_report_only_needs_a_benchmark_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short path: the error box does not wrap it
+    result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", "b", "--report-only"])
+    assert result.exit_code == 2 and "holds no benchmark" in result.output
+
+
+@pytest.mark.slow
+def test_the_smoke_preset_runs_and_passes_its_check(tmp_path):
+    result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", str(tmp_path), "--check"])
+    assert result.exit_code == 0, result.output
+    assert "complete and within budget" in result.output
+    assert (tmp_path / "report.md").exists()
