@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,12 @@ def _accuracy(out: Path, regime: Regime, runs: dict[str, list[RunSummary]], axis
     return path
 
 
+def _bucket_order(label: str) -> tuple[float, bool]:
+    """Strata in numeric order: ``[8,16)`` after ``[0,8)``, the exact ``0`` before ``(0,0.1]``."""
+    first = re.findall(r"inf|\d+(?:\.\d+)?", label)
+    return (float(first[0]) if first else math.inf, label[:1] in "([")
+
+
 def _strata(out: Path, regime: Regime, runs: dict[str, list[RunSummary]]) -> Path | None:
     panels = [("adv/by_length", "|advantage| by response length"),
               ("adv/by_reward_std", "|advantage| by group reward std"),
@@ -70,7 +77,8 @@ def _strata(out: Path, regime: Regime, runs: dict[str, list[RunSummary]]) -> Pat
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     width = 0.8 / len(rl)
     for ax, (prefix, title) in zip(axes.flat, panels, strict=True):
-        buckets = sorted({k[len(prefix) + 1 :] for rs in rl.values() for r in rs for k in r.strata if k.startswith(prefix + "/")})  # fmt: skip
+        found = {k[len(prefix) + 1 :] for rs in rl.values() for r in rs for k in r.strata if k.startswith(prefix + "/")}  # fmt: skip
+        buckets = sorted(found, key=_bucket_order)
         for i, (method, rs) in enumerate(rl.items()):
             vals = [statistics.fmean([r.strata.get(f"{prefix}/{b}", math.nan) for r in rs]) for b in buckets]  # fmt: skip
             ax.bar([j + i * width for j in range(len(buckets))], vals, width, label=method)

@@ -16,10 +16,10 @@ evaluated on the same held-out tasks at the same fractions of the budget.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["PRESETS", "Preset", "Regime"]
+__all__ = ["PRESETS", "Preset", "Regime", "narrow"]
 
 _ARITH_SHORT = {"system_prompt": None, "operations": "+", "digits": 1, "solution_style": "compact", "instruction": False}  # fmt: skip
 _ARITH_2 = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
@@ -158,3 +158,18 @@ PRESETS: dict[str, Preset] = {
         eval_episodes=200,
     ),
 }
+
+
+def narrow(preset: Preset, regimes: list[str] | None = None, budget: int | None = None) -> Preset:
+    """``preset`` with only the named regimes and, if given, another budget for each (a
+    resumed run must be asked for the same way: the folder records what it ran)."""
+    chosen = preset.regimes
+    if regimes:
+        known = {r.name for r in preset.regimes}
+        unknown = [r for r in regimes if r not in known]
+        if unknown:
+            raise ValueError(f"unknown regime(s) {unknown} in preset {preset.name!r}; one of {sorted(known)}")  # fmt: skip
+        chosen = tuple(r for r in preset.regimes if r.name in regimes)
+    if budget is not None:
+        chosen = tuple(replace(r, budget_tokens=budget) for r in chosen)
+    return replace(preset, regimes=chosen)

@@ -117,3 +117,32 @@ def test_hybrid_mean_mode_is_the_scaled_self_including_variant():
         critic_group_centered(tok, mask, 2)
     with pytest.raises(ValueError, match="mode"):
         critic_group_centered(tok, mask, 3, mode="median")
+
+
+def test_a_two_turn_episode_by_hand_with_separate_lambdas():
+    """Turn 1 (2 tokens), a tool result (2 observation tokens), turn 2 (2 tokens), reward 1.
+    Action steps t0, t1, t4, t5 with values 0.5, 0.4, 0.6, 0.8; gamma 1.
+    lam 0.5: A5 = 1 - 0.8 = 0.2; A4 = (0.8 - 0.6) + 0.5 * 0.2 = 0.3;
+    A1 = (0.6 - 0.4) + 0.5 * 0.3 = 0.35; A0 = (0.4 - 0.5) + 0.5 * 0.35 = 0.075.
+    lam 1 (the critic's targets): the Monte-Carlo return 1 on every action token."""
+    mask = torch.tensor([[True, True, False, False, True, True]])
+    values = torch.tensor([[0.5, 0.4, 9.0, 9.0, 0.6, 0.8]], dtype=torch.float64)
+    rewards = terminal_rewards(torch.tensor([1.0], dtype=torch.float64), mask)
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=0.5)
+    assert adv[0].tolist() == pytest.approx([0.075, 0.35, 0, 0, 0.3, 0.2])
+    assert ret[0].tolist() == pytest.approx([0.575, 0.75, 0, 0, 0.9, 1.0])
+    _, targets = gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    assert targets[0].tolist() == pytest.approx([1, 1, 0, 0, 1, 1])
+
+
+def test_the_hybrid_on_degenerate_groups():
+    """All-equal group: every centred advantage is 0 (no signal, as for RLOO); a group with
+    one valid member keeps its plain GAE advantages; an invalid member gets 0."""
+    mask = torch.tensor([[1, 1, 0, 1]] * 6, dtype=torch.bool)
+    tok = torch.tensor([[1.0, 1.0, 0.0, 1.0]] * 3 + [[0.5, 0.5, 0.0, 0.5], [2.0, 2.0, 0.0, 2.0], [7.0, 7.0, 0.0, 7.0]])  # fmt: skip
+    valid = torch.tensor([[True, True, True], [True, False, False]])
+    out, stats = critic_group_centered(tok, mask, 3, valid, mode="loo")
+    assert torch.count_nonzero(out[:3]) == 0  # equal members: nothing left
+    torch.testing.assert_close(out[3], tok[3])  # alone in its group: no baseline
+    assert torch.count_nonzero(out[4:]) == 0  # invalid members
+    assert stats["groups_under_filled"] == 1

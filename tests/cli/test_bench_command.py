@@ -43,3 +43,14 @@ def test_the_smoke_preset_runs_and_passes_its_check(tmp_path):
     assert result.exit_code == 0, result.output
     assert "complete and within budget" in result.output
     assert (tmp_path / "report.md").exists()
+
+
+def test_regimes_and_budget_narrow_a_preset():
+    from forkgym.agents.bench.presets import PRESETS, narrow
+
+    full = PRESETS["full"]
+    one = narrow(full, ["arithmetic-k1"], 50_000)
+    assert [r.name for r in one.regimes] == ["arithmetic-k1"] and one.regimes[0].budget_tokens == 50_000  # fmt: skip
+    assert narrow(full).regimes == full.regimes
+    with pytest.raises(ValueError, match="unknown regime"):
+        narrow(full, ["arithmetic-k2"])

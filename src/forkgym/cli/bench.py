@@ -26,6 +26,14 @@ def bench(
             help="Comma-separated methods (default: the preset's); NAME@REDUCTION overrides a reduction."
         ),
     ] = None,
+    regimes: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated regimes of the preset (default: all of them)."),
+    ] = None,
+    budget: Annotated[
+        int | None,
+        typer.Option(min=1, help="Generated tokens per run, instead of each regime's budget."),
+    ] = None,
     seeds: Annotated[
         str | None, typer.Option(help="Comma-separated seeds (default: the preset's).")
     ] = None,
@@ -50,6 +58,7 @@ def bench(
     tokens generated and trained on, time, group types, failures) and PNG plots. Interrupted?
     Run the same command again: finished runs are kept, an unfinished one resumes."""
     from forkgym.agents.bench import METHODS, PRESETS, resolve_method, run_bench, write_report
+    from forkgym.agents.bench.presets import narrow
 
     if list_:
         for name, method in METHODS.items():
@@ -71,21 +80,25 @@ def bench(
         seed_list = [int(s) for s in _split(seeds) or []] or None
     except ValueError:
         raise typer.BadParameter(f"seeds must be integers, got {seeds!r}", param_hint="--seeds") from None  # fmt: skip
+    try:
+        chosen_preset = narrow(PRESETS[preset], _split(regimes), budget)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--regimes") from None
     folder = out or Path(f"runs/bench-{preset}")
     if report_only:
         if not (folder / "bench.json").exists():
             raise typer.BadParameter(f"{folder} holds no benchmark", param_hint="--out")
-        path = write_report(folder, PRESETS[preset])
+        path = write_report(folder, chosen_preset)
     else:
         try:
-            path = run_bench(PRESETS[preset], folder, methods=chosen, seeds=seed_list)
+            path = run_bench(chosen_preset, folder, methods=chosen, seeds=seed_list)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     typer.echo(f"wrote {path}")
     if check:
         from forkgym.agents.bench.report import check_report
 
-        problems = check_report(folder, PRESETS[preset], chosen)
+        problems = check_report(folder, chosen_preset, chosen)
         for problem in problems:
             typer.echo(f"check: {problem}", err=True)
         if problems:
