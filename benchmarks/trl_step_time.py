@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from forkgym.bench import TRL_CPU_ARGS, require_trl, trl_env_reward, trl_env_rows
+from forkgym.bench import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, NEW_TOKENS, SEED, LR, BETAS = 8, 8, 8, 0, 1e-4, (0.9, 0.99)
@@ -87,23 +87,15 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any
             stamps.append(time.perf_counter())
 
     args = GRPOConfig(
-        output_dir=out,
-        **TRL_CPU_ARGS,
-        seed=SEED,
-        max_steps=steps + WARMUP,
-        per_device_train_batch_size=K * PROMPTS,
-        num_generations=K,
-        max_completion_length=NEW_TOKENS,
-        shuffle_dataset=False,  # step s gets the tasks of forkgym's step s
-        temperature=1.0,
-        top_p=1.0,
-        learning_rate=LR,
-        lr_scheduler_type="constant",
-        adam_beta1=BETAS[0],
-        adam_beta2=BETAS[1],
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        beta=0.0,
+        **trl_grpo_args(
+            output_dir=out,
+            seed=SEED,
+            max_steps=steps + WARMUP,
+            k=K,
+            prompts=PROMPTS,
+            max_new_tokens=NEW_TOKENS,
+            lr=LR,
+        )
     )
     trainer = GRPOTrainer(
         model=model,

@@ -13,13 +13,15 @@ seconds per step) for each trainer:
   without the format sentence), the same chat template, stop tokens and verifier: TRL gets the
   env's chat messages as conversational prompts and a reward function that grades each
   completion by stepping the env reset to that task;
-* the same tasks: TRL's dataset is exactly the task seeds forkgym's step ``s`` draws;
+* the same tasks: TRL's dataset is exactly the task seeds forkgym's step ``s`` draws, in
+  order (``shuffle_dataset=False``), so TRL's step ``s`` trains on forkgym's step-``s`` tasks;
 * the same hyper-parameters: K=8, 8 prompts per step, at most 32 new tokens, temperature 1,
   AdamW at a constant 1e-4 (``--lr``, ``--lr-schedule``: both trainers; a linear or cosine
   decay ends at ``--steps``, and so do forkgym's runs) with betas (0.9, 0.99), gradient
-  clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss with
-  token-mean reduction (TRL's default ``dapo`` loss) and group-std-scaled advantages (TRL's
-  default);
+  clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss at
+  0.2 below and 0.28 above (forkgym's ``ppo_clip`` defaults; TRL's own default is 0.2 both
+  ways, which runs before 2026-12-03 used) with token-mean reduction (TRL's default ``dapo``
+  loss) and group-std-scaled advantages (TRL's default): ``forkgym.bench.trl_grpo_args``;
 * the same held-out evaluation (200 tasks, greedy) at steps 0, 100, 200 and 300; evaluation
   time is left out of the seconds per step.
 
@@ -56,11 +58,11 @@ from forkgym.bench import (
     ARITHMETIC_SHORT,
     EVAL_EPISODES,
     HELD_OUT_RUN,
-    TRL_CPU_ARGS,
     held_out,
     require_trl,
     trl_env_reward,
     trl_env_rows,
+    trl_grpo_args,
     warm_start,
 )
 
@@ -104,24 +106,16 @@ def trl_run(
                 evaluate_now(state.global_step)
 
     args = GRPOConfig(
-        output_dir=out,
-        **TRL_CPU_ARGS,
-        seed=seed,
-        max_steps=steps,
-        per_device_train_batch_size=K * PROMPTS,
-        num_generations=K,
-        max_completion_length=ARITH_TOKENS,
-        temperature=1.0,
-        top_p=1.0,
-        learning_rate=lr,
-        lr_scheduler_type=schedule,  # transformers' linear and cosine match forkgym's
-        adam_beta1=BETAS[0],
-        adam_beta2=BETAS[1],
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        beta=0.0,
-        loss_type="dapo",
-        scale_rewards="group",
+        **trl_grpo_args(
+            output_dir=out,
+            seed=seed,
+            max_steps=steps,
+            k=K,
+            prompts=PROMPTS,
+            max_new_tokens=ARITH_TOKENS,
+            lr=lr,
+            schedule=schedule,
+        )
     )
     trainer = GRPOTrainer(
         model=model,

@@ -23,7 +23,7 @@ from .stats import difference, interval
 
 __all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
 
-_GROUPS = ("all_correct", "all_wrong", "mixed")
+_GROUPS = ("all_correct", "all_wrong", "mixed", "under_filled")
 _PHASES = ("generate", "env_and_verify", "advantages", "forward_and_loss", "backward", "optimizer", "sync")  # fmt: skip
 
 
@@ -200,7 +200,11 @@ def _table(regime: Regime, warm: dict[str, Any], runs: dict[str, list[RunSummary
         cells.append(f"{statistics.fmean(r.train_s for r in rs):.1f}")
         cells.append(f"{statistics.fmean(r.s_per_step for r in rs):.3f}")
         g = [statistics.fmean(r.groups[k] for r in rs) for k in _GROUPS]
-        cells.append("-" if any(math.isnan(x) for x in g) else " / ".join(f"{x:.2f}" for x in g))
+        if any(math.isnan(x) for x in g):
+            cells.append("-")
+        else:  # under-filled: fewer than 2 valid members (K = 1, or infrastructure failures)
+            text = " / ".join(f"{x:.2f}" for x in g[:3])
+            cells.append(text + (f" ({g[3]:.2f} under 2)" if g[3] > 0 else ""))
         cells.append(str(sum(r.infra_failures for r in rs)))
         first = [r.lengths[0][1] for r in rs if r.lengths]
         last = [statistics.fmean(v for _, v in r.lengths[-max(1, len(r.lengths) // 4) :]) for r in rs if r.lengths]  # fmt: skip
@@ -262,7 +266,8 @@ def write_report(out: str | Path, preset: Preset, *, log: Any = print) -> Path:
             "the sampled-branch tokens and those in groups the step kept (dynamic sampling "
             "discards the rest; greedy tokens are in *generated* only); *trained on* is the "
             "tokens in the loss; *train s* excludes evaluations; group fractions are over the "
-            "steps' groups; *length* is the mean response length over the first step and the "
+            "steps' groups (*under 2*: groups with fewer than two valid members, every group at "
+            "K = 1); *length* is the mean response length over the first step and the "
             "last quarter of steps.",
             "",
         ]

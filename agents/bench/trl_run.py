@@ -30,7 +30,7 @@ def run_trl(regime: Regime, preset: Preset, seed: int, model_dir: str, folder: P
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from forkgym.bench import TRL_CPU_ARGS, require_trl, trl_env_reward, trl_env_rows
+    from forkgym.bench import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
     from ..models import load_policy_model
 
@@ -82,27 +82,15 @@ def run_trl(regime: Regime, preset: Preset, seed: int, model_dir: str, folder: P
             state["clock"] = time.perf_counter()
 
     args = GRPOConfig(
-        output_dir=str(folder / "trl"),
-        **TRL_CPU_ARGS,
-        seed=seed,
-        max_steps=max_steps,
-        per_device_train_batch_size=per_step,
-        num_generations=regime.k,
-        max_completion_length=regime.max_new_tokens,
-        shuffle_dataset=False,
-        temperature=1.0,
-        top_p=1.0,
-        learning_rate=regime.lr,
-        lr_scheduler_type="constant",
-        adam_beta1=0.9,
-        adam_beta2=0.99,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        beta=0.0,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        scale_rewards="group",
+        **trl_grpo_args(
+            output_dir=str(folder / "trl"),
+            seed=seed,
+            max_steps=max_steps,
+            k=regime.k,
+            prompts=regime.prompts_per_step,
+            max_new_tokens=regime.max_new_tokens,
+            lr=regime.lr,
+        )
     )
     trainer = GRPOTrainer(
         model=model,

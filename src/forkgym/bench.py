@@ -43,6 +43,7 @@ __all__ = [
     "require_trl",
     "trl_env_reward",
     "trl_env_rows",
+    "trl_grpo_args",
     "warm_start",
 ]
 
@@ -239,6 +240,48 @@ TRL_CPU_ARGS: dict[str, Any] = {
     "disable_tqdm": True,
     "dataloader_num_workers": 0,
 }
+
+
+def trl_grpo_args(
+    *,
+    output_dir: str,
+    seed: int,
+    max_steps: int,
+    k: int,
+    prompts: int,
+    max_new_tokens: int,
+    lr: float,
+    schedule: str = "constant",
+) -> dict[str, Any]:
+    """``GRPOConfig`` keywords for TRL's side of a like-for-like run against forkgym's ``grpo``
+    recipe: K generations x ``prompts`` per step, one optimizer step per generation, the
+    dataset in order (``shuffle_dataset=False``: step ``s`` gets the tasks of forkgym's step
+    ``s``), temperature 1, top-p 1, AdamW with betas (0.9, 0.99), no weight decay, clipping at
+    1.0, no KL term, PPO-clip at 0.2 below and 0.28 above (forkgym's ``ppo_clip`` defaults),
+    token-mean loss (TRL's ``dapo`` loss type) and group-std-scaled advantages."""
+    return {
+        **TRL_CPU_ARGS,
+        "output_dir": output_dir,
+        "seed": seed,
+        "max_steps": max_steps,
+        "per_device_train_batch_size": k * prompts,
+        "num_generations": k,
+        "max_completion_length": max_new_tokens,
+        "shuffle_dataset": False,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "learning_rate": lr,
+        "lr_scheduler_type": schedule,  # transformers' linear and cosine match forkgym's
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.99,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "beta": 0.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "loss_type": "dapo",
+        "scale_rewards": "group",
+    }
 
 
 def require_trl() -> ModuleType | None:
