@@ -156,9 +156,14 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def narrow(preset: Preset, regimes: list[str] | None = None, budget: int | None = None) -> Preset:
-    """``preset`` with only the named regimes and, if given, another budget for each (a
-    resumed run must be asked for the same way: the folder records what it ran)."""
+def narrow(
+    preset: Preset,
+    regimes: list[str] | None = None,
+    budget: int | None = None,
+    seeds: list[int] | None = None,
+) -> Preset:
+    """``preset`` with only the named regimes and, if given, another budget for each and other
+    seeds (a resumed run must be asked for the same way: the folder records what it ran)."""
     chosen = preset.regimes
     if regimes:
         known = {r.name for r in preset.regimes}
@@ -168,4 +173,4 @@ def narrow(preset: Preset, regimes: list[str] | None = None, budget: int | None 
         chosen = tuple(r for r in preset.regimes if r.name in regimes)
     if budget is not None:
         chosen = tuple(replace(r, budget_tokens=budget) for r in chosen)
-    return replace(preset, regimes=chosen)
+    return replace(preset, regimes=chosen, seeds=tuple(seeds) if seeds else preset.seeds)

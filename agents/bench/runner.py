@@ -254,6 +254,9 @@ def run_bench(
             if method.kind == "trl" and not _have_trl():
                 log(f"  skip {name}: TRL is not installed (pip install -e .[bench])")
                 continue
+            if method.kind == "trl" and _max_turns(regime) > 1:
+                log(f"  skip {name}: its reward grades one completion; {regime.env} is multi-turn")
+                continue
             for seed in seeds or preset.seeds:
                 folder = run_dir(out, regime, name, seed)
                 if (folder / "done.json").exists():
@@ -270,6 +273,18 @@ def run_bench(
                     run_rl(regime, preset, method, seed, warm["model"], folder, log)
                 _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0})  # fmt: skip
     return write_report(out, preset, log=log)
+
+
+def _max_turns(regime: Regime) -> int:
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    env = gym.make(regime.env, **regime.env_kwargs)
+    try:
+        return int(getattr(env.unwrapped, "max_turns", 1))
+    finally:
+        env.close()
 
 
 def _have_trl() -> bool:

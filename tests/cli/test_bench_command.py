@@ -54,3 +54,10 @@ def test_regimes_and_budget_narrow_a_preset():
     assert narrow(full).regimes == full.regimes
     with pytest.raises(ValueError, match="unknown regime"):
         narrow(full, ["arithmetic-k2"])
+
+
+def test_seeds_narrow_the_preset_that_is_run_and_checked():
+    from forkgym.agents.bench.presets import PRESETS, narrow
+
+    assert narrow(PRESETS["quick"], seeds=[3, 4]).seeds == (3, 4)
+    assert narrow(PRESETS["quick"]).seeds == PRESETS["quick"].seeds

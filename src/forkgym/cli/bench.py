@@ -81,7 +81,7 @@ def bench(
     except ValueError:
         raise typer.BadParameter(f"seeds must be integers, got {seeds!r}", param_hint="--seeds") from None  # fmt: skip
     try:
-        chosen_preset = narrow(PRESETS[preset], _split(regimes), budget)
+        chosen_preset = narrow(PRESETS[preset], _split(regimes), budget, seed_list)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--regimes") from None
     folder = out or Path(f"runs/bench-{preset}")
@@ -91,7 +91,7 @@ def bench(
         path = write_report(folder, chosen_preset)
     else:
         try:
-            path = run_bench(chosen_preset, folder, methods=chosen, seeds=seed_list)
+            path = run_bench(chosen_preset, folder, methods=chosen)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     typer.echo(f"wrote {path}")

@@ -50,3 +50,11 @@ def test_presets_name_known_methods_and_quick_has_six_or_more():
     full = {r.k for r in PRESETS["full"].regimes}
     assert 1 in full and 8 in full
     assert any(r.env.endswith("Calculator-v0") for r in PRESETS["full"].regimes)
+
+
+def test_trl_is_kept_to_single_turn_regimes():
+    from forkgym.agents.bench.runner import _max_turns
+
+    turns = {r.name: _max_turns(r) for r in PRESETS["full"].regimes}
+    assert turns["arithmetic-k8"] == 1 and turns["calculator-k8"] > 1
+    assert not any("trl_grpo" in r.methods for r in PRESETS["full"].regimes if turns[r.name] > 1)
