@@ -11,6 +11,7 @@ is compiled as a regular expression whose first group (or whole match) is the an
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -95,7 +96,9 @@ def last_boxed(text: str) -> str | None:
 
 _GSM8K = re.compile(r"####[ \t]*([^\n]*)")
 _ANSWER_IS = re.compile(r"answer is:?[ \t]*\$?([^\n$]*)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+_EMPHASIS = ("**", "__", "*", "_", "`")
 
 
 def _spanned(find_span: Callable[[str], Span | None]) -> Finder:
@@ -118,23 +121,90 @@ def _last_match(pattern: re.Pattern[str]) -> Callable[[str], Span | None]:
     return find_span
 
 
+def _trim(text: str, start: int, end: int) -> Span:
+    while start < end and text[start] in " \t":
+        start += 1
+    while end > start and text[end - 1] in " \t":
+        end -= 1
+    return start, end
+
+
+def _phrase_answer(text: str, start: int, end: int) -> Span:
+    """The answer in the words after "the answer is": the rest of that sentence, without
+    markdown emphasis (``**42**``), a trailing remark in parentheses (``42 (6 x 7)``) or the
+    closing full stop. ``3.14`` keeps its point: a sentence ends at ``.`` before a space."""
+    stop = _SENTENCE_END.search(text, start, end)
+    if stop is not None:
+        end = stop.start()
+    start, end = _trim(text, start, end)
+    while end > start and text[end - 1] in ".,;:!?":
+        end -= 1
+    for mark in _EMPHASIS:  # **42** -> 42 (only a matched pair)
+        k = len(mark)
+        if end - start > 2 * k and text.startswith(mark, start) and text.startswith(mark, end - k):
+            start, end = _trim(text, start + k, end - k)
+            break
+    if end > start and text[end - 1] == ")":  # "42 (6 x 7)": the remark goes, "(1, 2)" stays
+        open_ = text.rfind(" (", start, end)
+        if open_ > start:
+            start, end = _trim(text, start, open_)
+    return start, end
+
+
 def _answer_tag_span(text: str) -> Span | None:
-    """The last ``<answer>...</answer>``, found from the end (a lazy regex is quadratic)."""
+    """The last ``<answer>...</answer>``, found from the end (a lazy regex is quadratic). A
+    box inside it is the answer; so is the phrase after "the answer is" inside it."""
     close = text.rfind("</answer>")
     if close < 0:
         return None
     open_ = text.rfind("<answer>", 0, close)
-    return None if open_ < 0 else (open_ + len("<answer>"), close)
+    if open_ < 0:
+        return None
+    start, end = open_ + len("<answer>"), close
+    inner = text[start:end]
+    box = last_boxed_span(inner)
+    if box is not None:
+        return start + box[0], start + box[1]
+    phrase = _last_match(_ANSWER_IS)(inner)
+    if phrase is not None:
+        a, b = _phrase_answer(inner, *phrase)
+        return start + a, start + b
+    return _trim(text, start, end)
 
 
 def _answer_is_span(text: str) -> Span | None:
     span = _last_match(_ANSWER_IS)(text)
+    return None if span is None else _phrase_answer(text, *span)
+
+
+def _fraction_around(text: str, start: int, end: int) -> Span | None:
+    """The ``\\frac{a}{b}`` (or ``\\dfrac``, ``\\tfrac``; with a leading ``-``) whose arguments
+    hold ``text[start:end]``; None if the number is not inside one."""
+    cmd = text.rfind("frac", 0, start)
+    if cmd < 1 or text[cmd - 1 : cmd] not in ("\\", "d", "t"):
+        return None
+    slash = cmd - 1 if text[cmd - 1] == "\\" else cmd - 2
+    if slash < 0 or text[slash] != "\\":
+        return None
+    first = _box_argument(text, cmd + 4)
+    if first is None or text[first[1] : first[1] + 1] != "}":
+        return None
+    second = _box_argument(text, first[1] + 1)
+    if second is None or not (first[0] <= start and end <= second[1]):
+        return None
+    if first[1] < start < second[0]:  # between the two arguments: not inside
+        return None
+    begin = slash - 1 if slash > 0 and text[slash - 1] == "-" else slash
+    return begin, second[1] + 1
+
+
+def _last_number_span(text: str) -> Span | None:
+    """The last number (``1,234``, ``-4.5``, ``3/4``), or the whole ``\\frac{1}{2}`` when the
+    last number is one of its arguments (reading ``2`` there would grade half as two)."""
+    span = _last_match(_NUMBER)(text)
     if span is None:
         return None
-    start, end = span
-    while end > start and text[end - 1] in " \t.":
-        end -= 1
-    return start, end
+    return _fraction_around(text, *span) or span
 
 
 EXTRACTORS: Registry[Finder] = Registry("extractor")
@@ -142,7 +212,7 @@ EXTRACTORS.register("boxed", _spanned(last_boxed_span))
 EXTRACTORS.register("gsm8k", _spanned(_last_match(_GSM8K)))  # "#### 42" as in GSM8K solutions
 EXTRACTORS.register("answer_tag", _spanned(_answer_tag_span))  # <answer>...</answer>
 EXTRACTORS.register("answer_is", _spanned(_answer_is_span))  # "... the answer is 42."
-EXTRACTORS.register("last_number", _spanned(_last_match(_NUMBER)))
+EXTRACTORS.register("last_number", _spanned(_last_number_span))
 
 
 def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
@@ -176,7 +246,9 @@ class AnswerExtractor:
     """Tries strategies in order; the first that yields a non-empty answer wins.
 
     ``patterns`` holds names from :data:`EXTRACTORS` or regular expressions (strings that are
-    not registered names, or compiled patterns). The default is the last ``\\boxed{}``.
+    not registered names, or compiled patterns); a bare word that is not a registered name is
+    refused as a likely typo (``boxd``), with the closest name. The default is the last
+    ``\\boxed{}``.
     """
 
     def __init__(self, patterns: Iterable[str | re.Pattern[str]] = ("boxed",)) -> None:
@@ -189,6 +261,15 @@ class AnswerExtractor:
             elif pattern in EXTRACTORS:
                 self.names.append(pattern)
                 self._fns.append(EXTRACTORS[pattern])
+            elif re.fullmatch(r"[A-Za-z_]\w*", pattern):
+                # a bare word is a misspelt strategy far more often than a regex
+                close = difflib.get_close_matches(pattern, sorted(EXTRACTORS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"unknown extractor {pattern!r}{hint} Registered: "
+                    f"{', '.join(sorted(EXTRACTORS))}. A regular expression that is a bare "
+                    f"word needs a group: ({pattern})"
+                )
             else:
                 try:
                     compiled = re.compile(pattern)

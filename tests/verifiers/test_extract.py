@@ -107,3 +107,46 @@ def test_every_strategy_is_linear_on_hostile_text():
     extract = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "last_number"])
     for unit, n in hostile:  # 4x the input, at most 8x the time (quadratic would be 16x)
         assert growth(extract, unit, n) < 8, unit
+
+
+# -- answers as real models write them (each a reproducer from the integrations issue) -------
+
+
+@pytest.mark.parametrize(
+    ("strategy", "text", "answer"),
+    [
+        ("answer_is", "The final answer is 42. I hope it is correct.", "42"),
+        ("answer_is", "So the answer is **42**.", "42"),
+        ("answer_is", "The answer is 42 (6 x 7).", "42"),
+        ("answer_is", "Therefore the answer is 3.14.", "3.14"),
+        ("answer_is", "The answer is (1, 2).", "(1, 2)"),
+        ("answer_is", "answer is: f(x) = 2x", "f(x) = 2x"),
+        ("answer_tag", "<answer>The answer is 42</answer>", "42"),
+        ("answer_tag", r"<answer>so $\boxed{7}$</answer>", "7"),
+        ("answer_tag", "<answer> 42 </answer>", "42"),
+        ("last_number", r"so x = \frac{1}{2}", r"\frac{1}{2}"),
+        ("last_number", r"so x = -\dfrac{3}{4}.", r"-\dfrac{3}{4}"),
+        ("last_number", r"\frac{1}{2} + 7", "7"),
+        ("last_number", "it is 3/4", "3/4"),
+        ("last_number", "1,234 dollars", "1,234"),
+    ],
+)
+def test_opt_in_strategies_read_real_model_phrasing(strategy, text, answer):
+    found = AnswerExtractor([strategy])(text)
+    assert found.answer == answer
+    assert text[slice(*found.span)] == answer  # the span points at what is graded
+
+
+def test_a_misspelt_strategy_is_refused_with_the_closest_name():
+    with pytest.raises(ValueError, match="unknown extractor 'boxd'; did you mean 'boxed'"):
+        AnswerExtractor(["boxd"])
+    assert AnswerExtractor(["(boxd)"])("a boxd b").answer == "boxd"  # a regex, on purpose
+
+
+def test_the_opt_in_strategies_grade_real_phrasing_correct():
+    from forkgym.verifiers import MathVerifier, Status
+
+    with MathVerifier(extract=["answer_is"], workers=1) as v:
+        assert v.verify("42", "The final answer is 42. I hope it is correct.").status is Status.CORRECT  # fmt: skip
+    with MathVerifier(extract=["last_number"], workers=1) as v:
+        assert v.verify("0.5", r"so x = \frac{1}{2}").status is Status.CORRECT
