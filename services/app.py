@@ -35,6 +35,7 @@ from .schemas import (
     Health,
     OutcomePage,
     OutcomeRecord,
+    RewardResponse,
     StatsResponse,
     make_schemas,
 )
@@ -208,10 +209,11 @@ def create_app(
     writer has flushed every queued outcome and the pool has stopped.
     """
     schemas = make_schemas(config)
-    VerifyRequest, BatchRequest, BatchResponse = (
+    VerifyRequest, BatchRequest, BatchResponse, RewardRequest = (
         schemas.VerifyRequest,
         schemas.BatchRequest,
         schemas.BatchResponse,
+        schemas.RewardRequest,
     )
     metrics = ServiceMetrics()
     state: dict[str, Recorder] = {}
@@ -336,6 +338,58 @@ def create_app(
                         409, f"items {seen[value]} and {i} share the id or key {value!r}"
                     )
         return _json({"outcomes": await record(items, request)})
+
+    @app.post(
+        "/get_reward",
+        response_model=RewardResponse,
+        dependencies=guarded,
+        responses={
+            **_POST_ERRORS,
+            503: {
+                "model": ErrorResponse,
+                "description": "a sample timed out or errored and null_reward is None",
+            },
+        },
+        summary="OpenRLHF's remote reward shape: query/prompts/labels in, one float each out",
+    )
+    async def get_reward(request: Request, body: RewardRequest) -> Response:  # type: ignore[valid-type]
+        """Each ``query`` is the prompt followed by the response (OpenRLHF's convention): the
+        response is what follows ``prompts[i]`` when the query starts with it, else the whole
+        query. ``labels`` are the references. Every outcome is recorded like any other; a
+        timeout or error (reward None) becomes ``null_reward`` (0.0 by default; the status
+        still says what happened), or, with ``null_reward`` None, the request fails with 503
+        naming the samples."""
+        query, labels = body.query, body.labels  # type: ignore[attr-defined]
+        prompts = body.prompts  # type: ignore[attr-defined]
+        if len(labels) != len(query) or (prompts is not None and len(prompts) != len(query)):
+            got = f"{len(query)}, {len(prompts) if prompts is not None else '-'}, {len(labels)}"
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("body",),
+                        "type": "value_error",
+                        "msg": f"query, prompts and labels must have one entry per sample (got {got})",
+                    }
+                ]
+            )
+        items = []
+        for i, (text, label) in enumerate(zip(query, labels, strict=True)):
+            prompt = prompts[i] if prompts is not None else ""
+            response = text[len(prompt) :] if prompt and text.startswith(prompt) else text
+            items.append(Item(reference=label, response=response, task_id="openrlhf"))
+        rows = await record(items, request)
+        missing = [i for i, row in enumerate(rows) if row["reward"] is None]
+        if missing and config.null_reward is None:
+            raise HTTPException(503, f"samples {missing} have no reward ({', '.join(rows[i]['status'] for i in missing)})")  # fmt: skip
+        rewards = [config.null_reward if row["reward"] is None else row["reward"] for row in rows]
+        return SafeJSONResponse(
+            {
+                "rewards": rewards,
+                "scores": rewards,
+                "statuses": [row["status"] for row in rows],
+                "ids": [row["id"] for row in rows],
+            }
+        )
 
     @app.get(
         "/v1/outcomes/{outcome_id}",

@@ -37,6 +37,9 @@ class ServiceConfig:
     request_budget_s: float | None = 30.0  # grading time of one request; the rest: timeout
     timeout_memory_s: float = 600.0  # a timed-out (reference, answer) is answered at once
     public_docs: bool = False  # with a token: serve /docs, /redoc, /openapi.json without it
+    # /get_reward (OpenRLHF's remote reward shape) must answer a float per sample: what a
+    # timeout or error (reward None) becomes there; None answers 503 instead
+    null_reward: float | None = 0.0
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -97,6 +97,16 @@ class Schemas:
     VerifyRequest: type[BaseModel]
     BatchRequest: type[BaseModel]
     BatchResponse: type[BaseModel]
+    RewardRequest: type[BaseModel]
+
+
+class RewardResponse(BaseModel):
+    """What OpenRLHF's remote reward client reads (``rewards``), with forkgym's statuses."""
+
+    rewards: list[float] = Field(description="one float per sample, in order")
+    scores: list[float] = Field(description="the same numbers (newer OpenRLHF reads this key)")
+    statuses: list[str] = Field(description="forkgym's status of each sample")
+    ids: list[str] = Field(description="the recorded outcome ids, for /v1/outcomes/{id}")
 
 
 def make_schemas(config: ServiceConfig) -> Schemas:
@@ -136,4 +146,21 @@ def make_schemas(config: ServiceConfig) -> Schemas:
         items=(list[verify_request], Field(min_length=1, max_length=config.max_batch)),  # type: ignore[valid-type]
     )
     batch_response = create_model("BatchResponse", outcomes=(list[OutcomeRecord], ...))
-    return Schemas(verify_request, batch_request, batch_response)
+    texts = Field(min_length=1, max_length=config.max_batch)
+    reward_request = create_model(
+        "RewardRequest",
+        __config__=ConfigDict(extra="allow"),  # OpenRLHF may send more keys; they are ignored
+        query=(
+            list[
+                Annotated[
+                    str,
+                    Field(max_length=config.max_response_chars + config.max_reference_chars),
+                    AfterValidator(_valid_unicode),
+                ]
+            ],
+            texts,
+        ),
+        prompts=(list[Annotated[str, AfterValidator(_valid_unicode)]] | None, None),
+        labels=(list[reference], texts),  # type: ignore[valid-type]
+    )
+    return Schemas(verify_request, batch_request, batch_response, reward_request)

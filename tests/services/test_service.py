@@ -328,7 +328,8 @@ def test_schemathesis_finds_no_server_errors_or_schema_violations(server):
 
     cli = Path(sys.executable).with_name("schemathesis")
     proc = subprocess.run(
-        [str(cli), "run", f"{server.url}/openapi.json", "--checks", "all", "--max-examples", "25",
+        [str(cli), "--config-file", str(Path(__file__).with_name("schemathesis.toml")), "run",
+         f"{server.url}/openapi.json", "--checks", "all", "--max-examples", "25",
          "--workers", "1", "--phases", "coverage,fuzzing,stateful", "--no-color", "--seed", "20261202"],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -75,6 +75,13 @@ def serve(
         bool,
         typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
     ] = False,
+    null_reward: Annotated[
+        str,
+        typer.Option(
+            help="What /get_reward (OpenRLHF's shape) answers for a timeout or error: a number, "
+            "or 'fail' to answer 503."
+        ),
+    ] = "0.0",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve the verifier over HTTP; prints the address once ready; Ctrl-C stops it cleanly."""
@@ -84,6 +91,10 @@ def serve(
     from forkgym.services.server import serve as run_server
     from forkgym.store import default_url
 
+    try:
+        null = None if null_reward.strip().lower() == "fail" else float(null_reward)
+    except ValueError:
+        raise typer.BadParameter(f"--null-reward must be a number or 'fail', got {null_reward!r}") from None  # fmt: skip
     try:
         config = ServiceConfig(
             db_url=db or default_url(),
@@ -100,6 +111,7 @@ def serve(
             public_docs=public_docs,
             request_budget_s=request_budget or None,
             timeout_memory_s=timeout_memory,
+            null_reward=null,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
