@@ -38,6 +38,10 @@ def test_wheel_holds_only_the_forkgym_package(wheel):
         and "forkgym/envs/sandbox_runner.py" in names
     )
     assert "forkgym/cli/__init__.py" in names
+    for sub in SUBPACKAGES:  # every nested package of a sub-package ships too
+        for init in (ROOT / sub).rglob("__init__.py"):
+            inner = init.relative_to(ROOT / sub).as_posix()
+            assert f"forkgym/{sub}/{inner}" in names, inner
     assert "forkgym/store/migrations/env.py" in names
     assert "forkgym/store/migrations/versions/0001_initial.py" in names
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
