@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("agents", "benchmarks", "configs", "docs", "envs", "experiments", "services", "src", "store", "tests", "verifiers")  # fmt: skip
+TOP = ("agents", "benchmarks", "configs", "docs", "envs", "experiments", "integrations", "services", "src", "store", "tests", "verifiers")  # fmt: skip
 # a repository path: a top-level folder, then path characters, ending in a file name or a '/'
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./-]*[\w/])")
 MARKDOWN = re.compile(r"(?<![\w./-])([\w./-]+\.md)\b")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("envs", "agents", "verifiers", "store", "services")
+SUBPACKAGES = ("envs", "agents", "verifiers", "store", "services", "integrations")
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,11 @@ def test_installed_wheel_imports_as_subpackages_only(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import forkgym.verifiers, forkgym.envs, forkgym.agents, forkgym.store, forkgym.services\n"
+        "import forkgym.agents.bench, forkgym.integrations.verl\n"
         "import gymnasium as gym, forkgym.cli\n"
         "gym.make('forkgym/MathDataset-v0').reset(seed=0)\n"
         f"assert forkgym.verifiers.__file__.startswith({str(site)!r}), forkgym.verifiers.__file__\n"
-        "for name in ('agents', 'verifiers', 'envs', 'store', 'services'):\n"
+        "for name in ('agents', 'verifiers', 'envs', 'store', 'services', 'integrations'):\n"
         "    try:\n"
         "        __import__(name)\n"
         "    except ImportError:\n"
