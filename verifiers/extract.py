@@ -101,24 +101,31 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 _EMPHASIS = ("**", "__", "*", "_", "`")
 
 
-def _spanned(find_span: Callable[[str], Span | None]) -> Finder:
-    def find(text: str) -> tuple[str, Span | None] | None:
-        span = find_span(text)
+class _spanned:
+    """A finder from a span function: the answer text and its span. A class, not a closure,
+    so that an extractor (and an env holding one) pickles: vector envs and forks need that."""
+
+    def __init__(self, find_span: Callable[[str], Span | None]) -> None:
+        self.find_span = find_span
+
+    def __call__(self, text: str) -> tuple[str, Span | None] | None:
+        span = self.find_span(text)
         return None if span is None else (text[span[0] : span[1]], span)
 
-    return find
 
+class _last_match:
+    """The span of the last match of ``pattern`` (its first group, if it has one)."""
 
-def _last_match(pattern: re.Pattern[str]) -> Callable[[str], Span | None]:
-    def find_span(text: str) -> Span | None:
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+
+    def __call__(self, text: str) -> Span | None:
         last = None
-        for last in pattern.finditer(text):  # noqa: B007 - we want the final match
+        for last in self.pattern.finditer(text):  # noqa: B007 - we want the final match
             pass
         if last is None:
             return None
-        return last.span(1) if pattern.groups else last.span(0)
-
-    return find_span
+        return last.span(1) if self.pattern.groups else last.span(0)
 
 
 def _trim(text: str, start: int, end: int) -> Span:
@@ -215,6 +222,21 @@ EXTRACTORS.register("answer_is", _spanned(_answer_is_span))  # "... the answer i
 EXTRACTORS.register("last_number", _spanned(_last_number_span))
 
 
+class _UserFinder:
+    """A user's ``fn(text) -> answer | None`` as a finder; the span is the answer's last
+    occurrence in the text (None if it is not a substring)."""
+
+    def __init__(self, fn: Callable[[str], str | None]) -> None:
+        self.fn = fn
+
+    def __call__(self, text: str) -> tuple[str, Span | None] | None:
+        found = self.fn(text)
+        if found is None:
+            return None
+        start = text.rfind(found)
+        return found, ((start, start + len(found)) if start >= 0 else None)
+
+
 def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
     """Add a named strategy usable in ``AnswerExtractor(patterns=[name])``.
 
@@ -222,14 +244,7 @@ def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
     its last occurrence is reported as the span; otherwise the span is None.
     """
 
-    def find(text: str) -> tuple[str, Span | None] | None:
-        found = fn(text)
-        if found is None:
-            return None
-        start = text.rfind(found)
-        return found, ((start, start + len(found)) if start >= 0 else None)
-
-    EXTRACTORS.register(name, find)
+    EXTRACTORS.register(name, _UserFinder(fn))
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,13 @@ class MathVerifier:
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        # what a pickled copy is rebuilt from (the pool, locks and caches are not state)
+        self._init_args = {
+            "timeout": timeout, "workers": workers, "extract": tuple(extract), "rewards": rewards,
+            "fast_path": fast_path, "cache_size": cache_size, "memory_limit_mb": memory_limit_mb,
+            "float_rounding": float_rounding, "numeric_precision": numeric_precision,
+            "timeout_memory_s": timeout_memory_s,
+        }  # fmt: skip
         if workers is None:
             workers = os.cpu_count() or 1
         if workers < 0:
@@ -139,6 +146,14 @@ class MathVerifier:
                 workers, preload=[_WORKER_MODULE], memory_limit_mb=memory_limit_mb
             )
             self._finalizer = weakref.finalize(self, self._pool.close)
+
+    # -- pickling: a copy is a new verifier with the same settings (vector envs, forks) --------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"init_args": self._init_args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state["init_args"])  # type: ignore[misc]
 
     # -- identity ------------------------------------------------------------------------------
 
