@@ -40,6 +40,7 @@ __all__ = [
     "init_model",
     "load_policy_model",
     "load_tokenizer",
+    "missing_local_model",
     "model_config",
     "parameter_count",
 ]
@@ -148,12 +149,30 @@ def init_model(
     return out
 
 
+def missing_local_model(name_or_dir: str | Path) -> str | None:
+    """Why ``name_or_dir`` cannot be loaded as a local model, or None. A name that exists is a
+    folder that must hold a model; a name that does not exist but is written as a path
+    (absolute, ``./``, ``../``, ``~``, or more than one ``/``: a hub id is ``org/name``) is a
+    missing folder, and is never looked up on the model hub."""
+    text = str(name_or_dir)
+    path = Path(text).expanduser()
+    if path.exists():
+        if path.is_dir() and not (path / "config.json").exists():
+            return f"{text} holds no model (no config.json); build one with `forkgym model init --out {text}`"  # fmt: skip
+        return None
+    if text.startswith(("/", "./", "../", "~")) or "\\" in text or text.count("/") > 1:
+        return f"no model at {text}: the folder does not exist (a local path is never looked up on the model hub); build one with `forkgym model init --out {text}`"  # fmt: skip
+    return None
+
+
 def load_tokenizer(name_or_dir: str | Path, **from_pretrained: Any) -> Any:
     """The tokenizer of a local directory or a hub name, with its own chat template; a missing
     pad token is set to the eos token (or to ``<|im_end|>``/``<|endoftext|>`` when there is
     none)."""
     from transformers import AutoTokenizer
 
+    if problem := missing_local_model(name_or_dir):
+        raise FileNotFoundError(problem)
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_dir), **from_pretrained)
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token

@@ -70,8 +70,9 @@ class Trainer:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         self.run_dir = Path(config.out)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # the model first: a missing model must not leave an empty run folder behind
         self.model, self.tokenizer = load_policy_model(config.model, device=config.device)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model.train()
         options = dict(config.backend_kwargs)
         if config.allow_truncated_sampling and _takes(config.backend, "allow_truncated_sampling"):

@@ -55,8 +55,47 @@ def _make(name: str, kwargs: dict[str, Any]) -> Any:
         raise typer.BadParameter(f"unknown environment {env_id!r}; see `forkgym envs list`")
     try:
         return gym.make(env_id, **kwargs).unwrapped
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:
+        valid = ", ".join(env_kwargs_of(env_id)) or "none"
+        raise typer.BadParameter(f"cannot make {env_id}: {_without_qualname(exc)}; its keyword arguments: {valid}") from None  # fmt: skip
+    except ValueError as exc:
         raise typer.BadParameter(f"cannot make {env_id}: {exc}") from None
+
+
+def _without_qualname(exc: Exception) -> str:
+    """``TextEnv.__init__() got an unexpected ...`` reads as ``got an unexpected ...``."""
+    text = str(exc)
+    head, sep, rest = text.partition("() ")
+    return rest if sep and "." in head else text
+
+
+def env_kwargs_of(env_id: str) -> list[str]:
+    """The keyword arguments ``gym.make(env_id, ...)`` accepts (the env class's and its
+    bases' named parameters)."""
+    import inspect
+
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(__import__(module, fromlist=[attr]), attr)
+    names: list[str] = []
+    for cls in getattr(entry, "__mro__", [entry]):
+        init = getattr(cls, "__init__", None)
+        if init is None or init is object.__init__:
+            continue
+        for name, param in inspect.signature(init).parameters.items():
+            if name != "self" and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD) and name not in names:  # fmt: skip
+                names.append(name)
+    return sorted(names)
+
+
+def check_env(name: str, kwargs: dict[str, Any]) -> str:
+    """The full id of an env that builds with ``kwargs`` (a one-line error otherwise)."""
+    env = _make(name, kwargs)
+    env.close()
+    return _env_id(name)
 
 
 @envs_app.command("list")

@@ -133,6 +133,7 @@ def outcomes(
 ) -> None:
     """Status counts and latency percentiles of the store; optionally the slowest items or a JSONL export."""
     from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
 
     from forkgym.store import (
         default_url,
@@ -143,7 +144,11 @@ def outcomes(
         write_jsonl,
     )
 
-    engine = make_engine(db or default_url())
+    url = make_url(db or default_url())
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") and not Path(url.database).exists():  # fmt: skip
+        typer.echo(f"error: no outcome store at {url} (no such file; run `forkgym serve` first)", err=True)  # fmt: skip
+        raise typer.Exit(code=2)
+    engine = make_engine(str(url))
     if "verification_outcomes" not in inspect(engine).get_table_names():
         typer.echo(f"error: no outcome store at {engine.url} (run `forkgym serve` first)", err=True)
         raise typer.Exit(code=2)

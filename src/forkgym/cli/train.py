@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .envs import KwargOption, parse_kwargs
+from .envs import KwargOption, check_env, parse_kwargs
 
 console = Console(highlight=False)
 model_app = typer.Typer(help="Build the default offline model.", no_args_is_help=True)
@@ -114,7 +114,11 @@ def train(
         cfg = TrainConfig.load(config, overrides, **values)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
-    trainer = Trainer(cfg, resume=resume)
+    _check_run(cfg, model_given=model is not None or _file_sets(config, overrides, "model"))
+    try:
+        trainer = Trainer(cfg, resume=resume)
+    except FileNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from None
     last = _run_with_progress(trainer, show=cfg.progress)
     summary = {
         k: last.get(k)
@@ -122,6 +126,39 @@ def train(
         if k in last
     }
     typer.echo(json.dumps({"run": cfg.out, "step": trainer.step, **summary}))
+
+
+def _file_sets(config: Path | None, overrides: list[str] | None, key: str) -> bool:
+    """Whether the config file or an override names ``key``."""
+    from forkgym.agents.config import read_file
+
+    named = config is not None and key in read_file(config)
+    return named or any(o.split("=", 1)[0].strip() == key for o in overrides or [])
+
+
+def _check_run(cfg: Any, *, model_given: bool) -> None:
+    """What would fail minutes into a run, refused before anything is written: a missing
+    model (never looked up on the hub when it is a path), an env id or keyword argument that
+    does not exist, TensorBoard asked for without its package."""
+    from forkgym.agents.models import missing_local_model
+
+    from .envs import check_env
+
+    if not model_given and not Path(cfg.model).exists():
+        raise typer.BadParameter(
+            f"no --model given, and the default {cfg.model} does not exist; build it with "
+            f"`forkgym model init --out {cfg.model}` (or pass --model DIR or a hub name)"
+        )
+    if cfg.backend in ("transformers", "hf") and (problem := missing_local_model(cfg.model)):
+        raise typer.BadParameter(problem, param_hint="--model")
+    check_env(cfg.env, dict(cfg.env_kwargs))
+    if cfg.tensorboard:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            raise typer.BadParameter(
+                "tensorboard=true needs the tensorboard package: pip install tensorboard"
+            ) from None
 
 
 def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
@@ -192,9 +229,13 @@ def evaluate(
         raise typer.BadParameter(missing, param_hint="--backend")
     if (base_url is not None or served_model is not None) and backend != "openai":
         raise typer.BadParameter("--base-url and --served-model go with --backend openai")
-    net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
-    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
     kwargs = parse_kwargs(kwarg)
+    check_env(env, kwargs)
+    try:
+        net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
+    except FileNotFoundError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
     try:
         result = run_eval(
             policy,
@@ -247,6 +288,8 @@ def runs_list(
     """Runs under ROOT: estimator, env, steps done, last reward and held-out accuracy."""
     from forkgym.agents.runlog import read_metrics
 
+    if not root.is_dir():
+        raise typer.BadParameter(f"{root} is not a directory", param_hint="ROOT")
     table = Table(title=f"runs in {root}")
     for column in ("run", "env", "estimator", "steps", "reward", "eval accuracy"):
         table.add_column(column)
@@ -298,5 +341,8 @@ def runs_plot(
     """Held-out accuracy and training reward against generated tokens, one line per run."""
     from forkgym.agents.plots import plot_runs
 
+    for run in runs:
+        if not (run / "metrics.jsonl").exists():
+            raise typer.BadParameter(f"{run} is not a run directory (no metrics.jsonl)", param_hint="RUNS")  # fmt: skip
     plot_runs(runs, out)
     console.print(f"wrote {out}")
