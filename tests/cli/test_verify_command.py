@@ -73,7 +73,7 @@ def test_malformed_input_is_reported_and_nothing_is_written(tmp_path):
     src.write_bytes(
         b'{"reference": "1", "response": "\\\\boxed{1}"}\n'
         b"not json\n"
-        b'{"reference": 1, "response": "x"}\n'
+        b'{"reference": [1], "response": "x"}\n'
         b'["a list"]\n'
         b'{"response": "x"}\n'
         b'{"reference": "1", "response": "\xff"}\n'
@@ -81,7 +81,7 @@ def test_malformed_input_is_reported_and_nothing_is_written(tmp_path):
     out = tmp_path / "out.jsonl"
     result = runner.invoke(app, ["verify", "--input", str(src), "--output", str(out)])
     assert result.exit_code == 2
-    for fragment in ("line 2: not valid JSON", "line 3: 'reference' must be a string",
+    for fragment in ("line 2: not valid JSON", "line 3: 'reference' must be a string or a number",
                      "line 4: expected a JSON object", "line 5: missing 'reference'",
                      "line 6: not valid UTF-8"):  # fmt: skip
         assert fragment in result.stderr
@@ -112,3 +112,15 @@ def test_sample_through_the_real_entry_point(tmp_path):
     assert statuses == {"correct", "incorrect", "invalid", "timeout", "error"}
     for status in ("correct", "timeout", "error"):
         assert status in proc.stdout
+
+
+def test_a_numeric_reference_is_graded_as_its_text(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        '{"reference": 2, "response": "\\\\boxed{2}"}\n{"reference": 0.5, "response": "\\\\boxed{1/2}"}\n'
+    )
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["verify", "--input", str(src), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["correct", "correct"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -48,9 +49,15 @@ def _parse_row(lineno: int, raw: bytes) -> dict[str, Any]:
     for key in ("reference", "response"):
         if key not in row:
             raise InputError(f"line {lineno}: missing {key!r}")
+    # datasets store numeric answers as numbers (GSM8K-style "answer": 72): accept them
+    ref = row["reference"]
+    if isinstance(ref, (int, float)) and not isinstance(ref, bool) and math.isfinite(ref):
+        row["reference"] = str(ref)
+    for key in ("reference", "response"):
         if not isinstance(row[key], str):
+            expected = "a string or a number" if key == "reference" else "a string"
             raise InputError(
-                f"line {lineno}: {key!r} must be a string, got {type(row[key]).__name__}"
+                f"line {lineno}: {key!r} must be {expected}, got {type(row[key]).__name__}"
             )
     if "id" in row and not isinstance(row["id"], (str, int)):
         raise InputError(f"line {lineno}: 'id' must be a string or an integer")
