@@ -252,7 +252,11 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        return SafeJSONResponse({"detail": _validation_errors(exc.errors())}, status_code=422)
+        errors = exc.errors()
+        # a body that is not JSON at all is a malformed request (400), not a JSON document
+        # that fails the schema (422), as the routes' documented errors say
+        code = 400 if any(e.get("type") == "json_invalid" for e in errors) else 422
+        return SafeJSONResponse({"detail": _validation_errors(errors)}, status_code=code)
 
     bearer = HTTPBearer(auto_error=False, description="required when the service has a token")
 

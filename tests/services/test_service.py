@@ -164,14 +164,14 @@ def _bad_requests(url):
         httpx.post(
             post, content=b'{"reference": "1", ', headers={"content-type": "application/json"}
         ),
-        {400, 422},
+        {400},  # as documented: not JSON is 400, JSON that fails the schema is 422
     )
     yield (
         "not json at all",
         httpx.post(
             post, content=b"\xff\xfe\x00garbage", headers={"content-type": "application/json"}
         ),
-        {400, 422},
+        {400},
     )
     yield "wrong types", httpx.post(post, json={"reference": 5, "response": ["x"]}), {422}
     yield "missing field", httpx.post(post, json={"reference": "1"}), {422}
