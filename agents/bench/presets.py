@@ -8,7 +8,7 @@ evaluated on the same held-out tasks at the same fractions of the budget.
 
 * ``smoke``: a check of the machinery for CI (a minute or two): tiny budget, two seeds.
 * ``quick``: six methods and three seeds on the quickstart's task (2-digit sums, worked
-  answers) at K = 8, within 20 minutes on a 2-core CPU; TRL's GRPOTrainer beside them when
+  answers) at K = 8, 12.5 minutes on a 2-core CPU (TRL included); TRL's GRPOTrainer beside them when
   the ``bench`` extra is there.
 * ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
   multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
