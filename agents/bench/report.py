@@ -158,8 +158,9 @@ def _fmt_int(x: float) -> str:
 
 
 def verdict(runs: dict[str, list[RunSummary]]) -> str:
-    """Which method ends highest, and whether its lead over each other method holds in a 95%
-    interval of the difference (Welch); no claim beyond the intervals."""
+    """Which method ends highest, whether its lead over each other method holds in a 95%
+    interval of the difference (Welch), and which other pairs such an interval separates; no
+    claim beyond the intervals."""
     finals = {m: [r.final for r in rs] for m, rs in runs.items() if rs}
     if len(finals) < 2:
         return "fewer than two methods: nothing to compare."
@@ -172,11 +173,21 @@ def verdict(runs: dict[str, list[RunSummary]]) -> str:
         (beaten if d[1] > 0 else ties).append(f"{m} ({d.mean:+.3f}, 95% interval [{d[1]:+.3f}, {d[2]:+.3f}])")  # fmt: skip
     text = f"highest mean final accuracy: **{best}** ({statistics.fmean(finals[best]):.3f} over {len(finals[best])} seeds). "  # fmt: skip
     if not ties:
-        return text + "Its lead over every other method holds in the 95% interval of the difference: it wins this regime."  # fmt: skip
-    text += "Its lead is NOT established over: " + "; ".join(ties) + "."
-    if beaten:
-        text += " It is ahead, outside the interval, of: " + "; ".join(beaten) + "."
-    return text
+        text += "Its lead over every other method holds in the 95% interval of the difference: it wins this regime."  # fmt: skip
+    else:
+        text += "Its lead is NOT established over: " + "; ".join(ties) + "."
+        if beaten:
+            text += " It is ahead, outside the interval, of: " + "; ".join(beaten) + "."
+    others = []  # every other pair whose difference excludes zero
+    names = [m for m in finals if m != best]
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            d = difference(finals[a], finals[b])
+            if d[1] > 0 or d[2] < 0:
+                hi, lo = (a, b) if d.mean > 0 else (b, a)
+                low, high = sorted((abs(d[1]), abs(d[2])))
+                others.append(f"{hi} above {lo} ({abs(d.mean):.3f}, 95% interval [{low:.3f}, {high:.3f}])")  # fmt: skip
+    return text + " Other pairs separated by their interval: " + ("; ".join(others) or "none") + "."
 
 
 def _table(regime: Regime, warm: dict[str, Any], runs: dict[str, list[RunSummary]], fractions: tuple[float, ...]) -> list[str]:  # fmt: skip

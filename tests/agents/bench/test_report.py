@@ -56,3 +56,13 @@ def test_a_verdict_claims_a_win_only_outside_the_interval():
     close = {"a": [_fake(x) for x in (0.60, 0.40, 0.50)], "b": [_fake(x) for x in (0.45, 0.50, 0.48)]}  # fmt: skip
     text = verdict(close)
     assert "NOT established over: b" in text and "wins" not in text
+
+
+def test_a_verdict_also_names_other_separated_pairs():
+    runs = {
+        "a": [_fake(x) for x in (0.70, 0.72, 0.71)],
+        "b": [_fake(x) for x in (0.50, 0.52, 0.51)],
+        "c": [_fake(x) for x in (0.30, 0.31, 0.29)],
+    }
+    assert "Other pairs separated by their interval: b above c" in verdict(runs)
+    assert "Other pairs separated by their interval: none" in verdict({k: runs[k] for k in "ab"})
