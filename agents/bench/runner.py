@@ -26,7 +26,7 @@ from ..config import TrainConfig
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
 
-__all__ = ["EVAL_SEED", "held_out_accuracy", "run_bench", "run_dir"]
+__all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
 
 EVAL_SEED = 10_000  # held-out tasks: the eval stream, shared by every method and seed
 Log = Callable[[str], None]
@@ -36,8 +36,16 @@ def run_dir(out: Path, regime: Regime, method: str, seed: int) -> Path:
     return out / regime.name / f"{method}-seed{seed}"
 
 
-def held_out_accuracy(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:  # fmt: skip
-    """Greedy pass@1 on the regime's held-out tasks, with the seconds it took."""
+def held_out_accuracy(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    max_new_tokens: int,
+    episodes: int,
+) -> dict[str, float]:
+    """Greedy pass@1 on ``episodes`` held-out tasks of the eval stream (:data:`EVAL_SEED`),
+    with the seconds it took; the model is evaluated in eval mode and handed back as it was."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
@@ -51,13 +59,20 @@ def held_out_accuracy(model: Any, tokenizer: Any, regime: Regime, episodes: int)
     out = evaluate(
         HFPolicy(model, tokenizer, seed=0),
         tokenizer,
-        lambda: gym.make(regime.env, **regime.env_kwargs),
+        lambda: gym.make(env_id, **env_kwargs),
         episodes=episodes,
         seed=EVAL_SEED,
-        max_new_tokens=regime.max_new_tokens,
+        max_new_tokens=max_new_tokens,
     )
     model.train(was_training)
     return {**out, "time/eval": time.perf_counter() - t0}
+
+
+def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:
+    """:func:`held_out_accuracy` on a regime's task."""
+    return held_out_accuracy(
+        model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes
+    )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -83,7 +98,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
     target = regime.warm_accuracy
 
     def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
-        acc = held_out_accuracy(model, tokenizer, regime, preset.eval_episodes)["eval_accuracy"]
+        acc = regime_held_out(model, tokenizer, regime, preset.eval_episodes)["eval_accuracy"]
         seen.update(accuracy=acc, tokens=tokens)
         log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> held-out {acc:.3f}")
         return target is not None and acc >= target
@@ -101,7 +116,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
         check_every=10,
     )
     model, tokenizer = load_policy_model(folder)
-    start = held_out_accuracy(model, tokenizer, regime, preset.eval_episodes)
+    start = regime_held_out(model, tokenizer, regime, preset.eval_episodes)
     if target is not None and start["eval_accuracy"] < target:
         raise RuntimeError(
             f"{regime.name}: the warm start reached {start['eval_accuracy']:.3f} < {target} "
@@ -184,7 +199,7 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
             "time/step": now - state["clock"],
         }
         if any(state["total"] < m <= tokens for m in marks):
-            row.update(held_out_accuracy(model_, tokenizer, regime, preset.eval_episodes))
+            row.update(regime_held_out(model_, tokenizer, regime, preset.eval_episodes))
         state["total"] = tokens
         metrics.write(json.dumps(row) + "\n")
         metrics.flush()

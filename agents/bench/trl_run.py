@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .presets import Preset, Regime
-from .runner import held_out_accuracy
+from .runner import regime_held_out
 
 __all__ = ["run_trl"]
 
@@ -73,7 +73,7 @@ def run_trl(regime: Regime, preset: Preset, seed: int, model_dir: str, folder: P
                 "time/step": now - state["clock"],
             }
             if any(state["total"] < m <= total for m in marks) or total >= regime.budget_tokens:
-                row.update(held_out_accuracy(model, tokenizer, regime, preset.eval_episodes))
+                row.update(regime_held_out(model, tokenizer, regime, preset.eval_episodes))
             state["total"], state["rewards"] = total, len(rewards_seen)
             log.write(json.dumps(row) + "\n")
             log.flush()

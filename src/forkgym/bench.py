@@ -75,21 +75,11 @@ HELD_OUT_RUN: dict[str, Any] = {
 def held_out(
     model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], max_new_tokens: int
 ) -> float:
-    """Greedy accuracy on the :data:`EVAL_EPISODES` held-out tasks every experiment shares."""
-    import gymnasium as gym
+    """Greedy accuracy on the :data:`EVAL_EPISODES` held-out tasks every experiment shares
+    (the held-out evaluation of ``forkgym bench``, at this fixed size)."""
+    from forkgym.agents.bench.runner import held_out_accuracy
 
-    import forkgym.envs  # noqa: F401 - registers the environments
-    from forkgym.agents.evaluate import evaluate
-    from forkgym.agents.hf_policy import HFPolicy
-
-    result = evaluate(
-        HFPolicy(model, tokenizer, seed=0),
-        tokenizer,
-        lambda: gym.make(env_id, **env_kwargs),
-        episodes=EVAL_EPISODES,
-        seed=EVAL_SEED,
-        max_new_tokens=max_new_tokens,
-    )
+    result = held_out_accuracy(model, tokenizer, env_id, env_kwargs, max_new_tokens, EVAL_EPISODES)
     return result["eval_accuracy"]
 
 
