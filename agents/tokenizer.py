@@ -30,6 +30,7 @@ tool error messages) in this template, and :func:`build_tokenizer` learns the me
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -40,10 +41,12 @@ __all__ = [
     "IM_END",
     "IM_START",
     "PRETOKENIZE_PATTERN",
+    "RESPONSE_TEMPLATE",
     "SPECIAL_TOKENS",
     "build_tokenizer",
     "corpus_from_envs",
     "render_chatml",
+    "render_tools",
 ]
 
 EOS_TOKEN = "<|endoftext|>"
@@ -59,33 +62,148 @@ PRETOKENIZE_PATTERN = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# A tool-capable conversation renders Hermes style (the format Qwen2.5 and Hermes models are
+# trained on, and vLLM's and TRL's hermes/Qwen parsers read): the tools' JSON schemas in the
+# system turn, one per line between <tools> and </tools>, in the words forkgym's own `hermes`
+# tool parser writes into an environment's system prompt (so a model trained on forkgym's
+# environments reads the same text when a trainer passes `tools=`), and each call as a JSON
+# object between <tool_call> and </tool_call>. (Jinja cannot call Python, so the template holds
+# these words itself; a test checks it against the parser's text.)
+TOOLS_PREAMBLE = "You can call tools. Their signatures, as JSON schemas:\n<tools>\n"
+TOOLS_POSTAMBLE = (
+    "</tools>\nTo call a tool, write a JSON object with the tool's name and arguments between "
+    "<tool_call> and </tool_call>, for example:\n"
+)
+TOOLS_CLOSING = (
+    "The results come back in the next message. When you know the answer, reply without a "
+    "tool call."
+)
 # Jinja; `\n` inside the string literals is a newline to Jinja. Whitespace control (`-`)
-# everywhere, so the only text produced is the quoted text.
-CHAT_TEMPLATE = r"""{%- for message in messages -%}
+# everywhere, so the only text produced is the quoted text. An assistant message's
+# `tool_calls` (OpenAI shape: {"type": "function", "function": {"name", "arguments"}}) are
+# rendered after its content unless the content already holds them as text: forkgym's
+# environments keep the model's exact words in `content` and add the calls they parsed from it.
+CHAT_TEMPLATE = (
+    r"""{%- if tools -%}
+{{- '<|im_start|>system\n' -}}
+{%- if messages and messages[0]['role'] == 'system' and messages[0]['content'] is string -%}
+{{- messages[0]['content'] ~ '\n\n' -}}
+{%- endif -%}
+{{- '"""
+    + TOOLS_PREAMBLE.replace("\n", "\\n")
+    + r"""' -}}
+{%- for tool in tools -%}
+{%- set schema = tool['function'] if tool['function'] is defined else tool -%}
+{{- schema | tojson(sort_keys=True) ~ '\n' -}}
+{%- endfor -%}
+{{- '"""
+    + TOOLS_POSTAMBLE.replace("\n", "\\n").replace("'", "\\'")
+    + r"""' -}}
+{%- set first = tools[0]['function'] if tools[0]['function'] is defined else tools[0] -%}
+{{- '<tool_call>\n{"name": ' ~ first['name'] | tojson ~ ', "arguments": {' -}}
+{%- for name in ((first['parameters'] or {})['properties'] or {}) -%}
+{{- (', ' if not loop.first else '') ~ name | tojson ~ ': "..."' -}}
+{%- endfor -%}
+{{- '}}\n</tool_call>\n' -}}
+{{- '"""
+    + TOOLS_CLOSING
+    + r"""<|im_end|>\n' -}}
+{%- endif -%}
+{%- for message in messages -%}
 {%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] -%}
 {{- raise_exception('unsupported role: ' ~ message['role'] ~ ' (system, user, assistant or tool)') -}}
 {%- endif -%}
+{%- if not (tools and loop.first and message['role'] == 'system') -%}
 {%- set content = message['content'] if message['content'] is string else '' -%}
-{{- '<|im_start|>' ~ message['role'] ~ '\n' ~ content ~ '<|im_end|>\n' -}}
+{{- '<|im_start|>' ~ message['role'] ~ '\n' ~ content -}}
+{%- if message['role'] == 'assistant' and message['tool_calls'] and '<tool_call>' not in content -%}
+{%- for call in message['tool_calls'] -%}
+{%- set function = call['function'] if call['function'] is defined else call -%}
+{%- set arguments = function['arguments'] if function['arguments'] is string else function['arguments'] | tojson -%}
+{{- ('\n' if content or not loop.first else '') ~ '<tool_call>\n{"name": ' ~ function['name'] | tojson ~ ', "arguments": ' ~ arguments ~ '}\n</tool_call>' -}}
+{%- endfor -%}
+{%- endif -%}
+{{- '<|im_end|>\n' -}}
+{%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
 {{- '<|im_start|>assistant\n' -}}
 {%- endif -%}"""
+)
+
+# transformers' response parser (``tokenizer.parse_response``, what TRL's tool loop calls):
+# the assistant's text up to <|im_end|>, and each <tool_call> block as an OpenAI-shaped call.
+RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
 
 _SPECIAL_SPLIT = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
 
 
+def _tool_schema(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    return tool.get("function", tool)
+
+
+def render_tools(tools: Sequence[Mapping[str, Any]]) -> str:
+    """The tools part of the system turn: forkgym's ``hermes`` tool instructions."""
+    from forkgym.envs.tool_parsers import HermesParser
+
+    return HermesParser().instructions([dict(_tool_schema(t)) for t in tools])
+
+
+def _render_calls(content: str, calls: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    for i, call in enumerate(calls):
+        function = call.get("function", call)
+        arguments = function["arguments"]
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        sep = "\n" if content or i else ""
+        parts.append(
+            f'{sep}<tool_call>\n{{"name": {json.dumps(function["name"])}, "arguments": {arguments}}}\n</tool_call>'
+        )
+    return "".join(parts)
+
+
 def render_chatml(
-    messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = False,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """What :data:`CHAT_TEMPLATE` renders, in Python (no tokenizer needed)."""
     parts = []
-    for message in messages:
+    skip_system = False
+    if tools:
+        system = ""
+        if (
+            messages
+            and messages[0]["role"] == "system"
+            and isinstance(messages[0].get("content"), str)
+        ):
+            system, skip_system = messages[0]["content"] + "\n\n", True
+        parts.append(f"{IM_START}system\n{system}{render_tools(tools)}{IM_END}\n")
+    for i, message in enumerate(messages):
         role = message["role"]
         if role not in ROLES:
             raise ValueError(f"unsupported role: {role} (system, user, assistant or tool)")
+        if skip_system and i == 0:
+            continue
         content = message.get("content")
-        parts.append(f"{IM_START}{role}\n{content if isinstance(content, str) else ''}{IM_END}\n")
+        content = content if isinstance(content, str) else ""
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls and "<tool_call>" not in content:
+            content += _render_calls(content, calls)
+        parts.append(f"{IM_START}{role}\n{content}{IM_END}\n")
     if add_generation_prompt:
         parts.append(f"{IM_START}assistant\n")
     return "".join(parts)
@@ -136,6 +254,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024) -> Any:
         extra_special_tokens=[IM_START, IM_END],
         clean_up_tokenization_spaces=False,
         chat_template=CHAT_TEMPLATE,
+        response_template=RESPONSE_TEMPLATE,
     )
 
 

@@ -78,7 +78,8 @@ class Turn:
     """
 
     status: str
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI-shaped, added to the assistant message
     outcome: Outcome | None = None
     span: tuple[int, int] | None = None
     info: dict[str, Any] = field(default_factory=dict)
@@ -128,7 +129,7 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         self.observation_space = chat_observation_space(max_chars)
         self.action_space = UnicodeText(min(max_chars, 16_384))
         self._task: Task | None = None
-        self._messages: list[dict[str, str]] = []
+        self._messages: list[dict[str, Any]] = []
         self._turn = 0
         self._done = True
         self._episode: dict[str, Any] = {}
@@ -251,6 +252,8 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         self._turn += 1
         self._messages.append({"role": "assistant", "content": action})
         turn = self.respond(action)
+        if turn.tool_calls:
+            self._messages[-1]["tool_calls"] = turn.tool_calls
         self._messages.extend(turn.messages)
         if turn.outcome is None and self._turn >= self.max_turns:
             turn.outcome = self._ending(Status.TRUNCATED, reason="max_turns")
@@ -309,7 +312,8 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         return (int(span[0]), int(span[1])) if span else None
 
     def _observation(self) -> dict[str, Any]:
-        messages = tuple({"role": m["role"], "content": m["content"]} for m in self._messages)
+        # copies, so a caller editing an observation cannot change the episode
+        messages = tuple(copy.deepcopy(m) if "tool_calls" in m else dict(m) for m in self._messages)
         return {"messages": messages, "prompt": self.render_prompt(messages)}
 
     @staticmethod

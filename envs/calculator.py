@@ -89,5 +89,5 @@ class CalculatorEnv(ToolEnv):
 
     def gold_action(self) -> str:
         if not self.episode.get("calls"):
-            return self.call("calculator", expression=self.task.data["expression"])
+            return self.format_call("calculator", expression=self.task.data["expression"])
         return self.task.solution or f"$\\boxed{{{self.task.answer}}}$"

@@ -1,14 +1,17 @@
-"""``forkgym/MathDataset-v0``: problems from a JSONL file, GSM8K-style or MATH-style.
+"""``forkgym/MathDataset-v0``: problems from a JSONL file or a Hugging Face dataset.
 
-Rows are read once at construction and validated (a bad row is an error naming its line):
+Each row is one of three styles:
 
 * GSM8K style: ``{"question", "answer"}`` where the answer ends with ``#### <final>``;
 * MATH style: ``{"problem", "solution"}`` where the solution's last ``\\boxed{}`` is final;
 * plain: ``{"question" | "problem", "answer"}`` with the bare final answer.
 
-An optional ``id`` names the row in task ids (``<file stem>:<id>``, else the line number).
-The file's SHA-256 is part of the environment's identity, so a state saved against one version
-of a file refuses to load into an environment reading another.
+An optional ``id`` names the row in task ids (``<name>:<id>``, else the line or row number).
+A JSONL file (or bundled sample) is read and validated whole at construction (a bad row is an
+error naming its line). Parquet, CSV and Arrow files, ``save_to_disk`` folders and hub
+datasets are read lazily through ``datasets`` (:mod:`forkgym.envs.dataset_sources`), with a
+column mapping for other names. The data's SHA-256 is part of the environment's identity, so
+a state saved against one version of the data refuses to load into another.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +30,9 @@ from forkgym.verifiers.extract import last_boxed
 
 from .math_env import ANSWER_INSTRUCTION, MathEnv
 from .task import Task
+
+if TYPE_CHECKING:
+    from .dataset_sources import DatasetRows
 
 __all__ = ["BUNDLED", "MathDatasetEnv", "load_rows"]
 
@@ -42,36 +49,65 @@ def _resolve(path: str) -> tuple[str, bytes]:
     return file.stem, file.read_bytes()
 
 
+def build_task(
+    name: str,
+    where: str,
+    row_id: Any,
+    text: Any,
+    answer_value: Any,
+    worked: Any,
+    *,
+    family: str,
+    difficulty: Any,
+    labels: tuple[str, str, str] = ("'question' or 'problem'", "'answer'", "'solution'"),
+) -> Task:
+    """A validated task from one row's question, answer and solution (``labels`` name them in
+    errors).
+
+    Shared by JSONL and ``datasets`` rows so one row means the same task in any format: a
+    solution's last ``\\boxed{}`` wins, then a GSM8K ``####`` answer, then a bare answer.
+    """
+    text_name, answer_name, solution_name = labels
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{where}: needs a non-empty {text_name}")
+    gold = None
+    if isinstance(worked, str):
+        gold = worked
+        final = last_boxed(worked)
+        if not final:
+            raise ValueError(f"{where}: {solution_name} has no \\boxed{{}} final answer")
+    elif isinstance(answer_value, str) and "####" in answer_value:
+        reasoning, _, final = answer_value.rpartition("####")
+        final = final.strip()
+        reasoning = _CALC_ANNOTATION.sub("", reasoning).strip()
+        gold = f"{reasoning}\nThe answer is $\\boxed{{{final}}}$."
+    elif isinstance(answer_value, (str, int, float)) and str(answer_value).strip():
+        final = str(answer_value).strip()
+    else:
+        raise ValueError(f"{where}: needs an {answer_name} or a {solution_name}")
+    return Task(
+        task_id=f"{name}:{row_id}",
+        prompt=f"{text.strip()}\n\n{ANSWER_INSTRUCTION}",
+        answer=final,
+        family=family,
+        difficulty=difficulty,
+        solution=gold,
+    )
+
+
 def _row_to_task(name: str, lineno: int, row: Any) -> Task:
     where = f"{name} line {lineno}"
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object")
-    question = row.get("question", row.get("problem"))
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: needs a non-empty 'question' or 'problem'")
-    solution = None
-    if isinstance(row.get("solution"), str):
-        solution = row["solution"]
-        answer = last_boxed(solution)
-        if not answer:
-            raise ValueError(f"{where}: 'solution' has no \\boxed{{}} final answer")
-    elif isinstance(row.get("answer"), str) and "####" in row["answer"]:
-        reasoning, _, answer = row["answer"].rpartition("####")
-        answer = answer.strip()
-        reasoning = _CALC_ANNOTATION.sub("", reasoning).strip()
-        solution = f"{reasoning}\nThe answer is $\\boxed{{{answer}}}$."
-    elif isinstance(row.get("answer"), (str, int, float)) and str(row["answer"]).strip():
-        answer = str(row["answer"]).strip()
-    else:
-        raise ValueError(f"{where}: needs an 'answer' or a 'solution'")
-    row_id = row.get("id", lineno)
-    return Task(
-        task_id=f"{name}:{row_id}",
-        prompt=f"{question.strip()}\n\n{ANSWER_INSTRUCTION}",
-        answer=answer,
+    return build_task(
+        name,
+        where,
+        row.get("id", lineno),
+        row.get("question", row.get("problem")),
+        row.get("answer"),
+        row.get("solution"),
         family="gsm8k" if "question" in row else "math",
         difficulty=row.get("level", row.get("difficulty", 0)),
-        solution=solution,
     )
 
 
@@ -96,20 +132,74 @@ def load_rows(path: str) -> tuple[str, str, dict[str, Task]]:
 
 
 class MathDatasetEnv(MathEnv):
-    """Problems drawn uniformly (per seed) from a JSONL dataset."""
+    """Problems drawn uniformly (per seed) from a JSONL file or a Hugging Face dataset.
 
-    def __init__(self, path: str = "gsm8k-sample", max_attempts: int = 1, **common: Any) -> None:
-        self.dataset, sha256, self.tasks = load_rows(path)
-        self._ids = list(self.tasks)  # file order: a seed picks the same row everywhere
-        super().__init__(config={"path": path}, max_attempts=max_attempts, **common)
+    ``columns`` maps roles (``question``, ``answer``, ``solution``, ``id``, ``difficulty``) to
+    a ``datasets`` source's column names; ``subset``, ``split`` and ``revision`` pick a hub
+    dataset's subset, split and commit (``split`` also a folder's or ``DatasetDict``'s split).
+    """
+
+    def __init__(
+        self,
+        path: str = "gsm8k-sample",
+        max_attempts: int = 1,
+        *,
+        columns: Mapping[str, str] | None = None,
+        subset: str | None = None,
+        split: str | None = None,
+        revision: str | None = None,
+        **common: Any,
+    ) -> None:
+        if columns is not None and not (
+            isinstance(columns, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in columns.items())
+        ):
+            raise TypeError(f"columns must map role names to column names, got {columns!r}")
+        # Only the kwargs given join the config, so a JSONL env's fingerprint is as before.
+        options = {
+            key: value
+            for key, value in (
+                ("columns", None if columns is None else dict(columns)),
+                ("subset", subset),
+                ("split", split),
+                ("revision", revision),
+            )
+            if value is not None
+        }
+        self.tasks: dict[str, Task] | None = None  # every task, for a JSONL file only
+        self._rows: DatasetRows | None = None  # the lazily read rows of a datasets source
+        self._drawn: Task | None = None  # the task sample_task_id just read, for task_from_id
+        from .dataset_sources import is_datasets_source, open_rows  # imports no datasets yet
+
+        if path not in BUNDLED and (options or is_datasets_source(path)):
+            self._rows = open_rows(path, **options)
+            self.dataset, sha256 = self._rows.name, self._rows.sha256
+        else:
+            self.dataset, sha256, self.tasks = load_rows(path)
+            self._ids = list(self.tasks)  # file order: a seed picks the same row everywhere
+        super().__init__(config={"path": path, **options}, max_attempts=max_attempts, **common)
         self.identity["sha256"] = sha256
 
+    @property
+    def num_tasks(self) -> int:
+        """How many rows (tasks) the dataset has."""
+        return len(self._ids) if self._rows is None else len(self._rows)
+
     def sample_task_id(self, rng: np.random.Generator) -> str:
-        return self._ids[int(rng.integers(len(self._ids)))]
+        index = int(rng.integers(self.num_tasks))
+        if self._rows is None:
+            return self._ids[index]
+        self._drawn = self._rows.task_at(index)
+        return self._drawn.task_id
 
     def task_from_id(self, task_id: str) -> Task:
+        if self._rows is not None:
+            drawn, self._drawn = self._drawn, None
+            if drawn is not None and drawn.task_id == task_id:
+                return drawn
+            return self._rows.find(task_id)
         try:
-            return self.tasks[task_id]
+            return self.tasks[task_id]  # type: ignore[index]
         except KeyError:
             raise ValueError(
                 f"{task_id!r} is not in dataset {self.dataset!r} (ids look like {self._ids[0]!r})"

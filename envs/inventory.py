@@ -149,10 +149,10 @@ class InventoryEnv(ToolEnv):
     def gold_action(self) -> str:
         data = self.task.data
         if data["category"] not in self.episode["searched"]:
-            return self.call("search_items", category=data["category"])
+            return self.format_call("search_items", category=data["category"])
         missing = [sku for sku in data["needed"] if sku not in self.episode["known"]]
         if missing:
             return "\n".join(
-                self.call("get_item", sku=sku) for sku in missing[: self.max_calls_per_turn]
+                self.format_call("get_item", sku=sku) for sku in missing[: self.max_calls_per_turn]
             )
         return self.task.solution or f"$\\boxed{{{self.task.answer}}}$"

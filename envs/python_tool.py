@@ -149,5 +149,5 @@ class PythonToolEnv(ToolEnv):
 
     def gold_action(self) -> str:
         if not self.episode.get("runs"):
-            return self.call("python", code=self.task.data["gold_code"])
+            return self.format_call("python", code=self.task.data["gold_code"])
         return self.task.solution or f"$\\boxed{{{self.task.answer}}}$"

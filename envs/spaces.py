@@ -10,11 +10,17 @@ CJK), which is enough for Gymnasium's checker and for fuzzing an environment wit
 from __future__ import annotations
 
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 from gymnasium import spaces
 
-__all__ = ["DEFAULT_MAX_CHARS", "UnicodeText", "chat_observation_space", "message_space"]
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "MessageSpace",
+    "UnicodeText",
+    "chat_observation_space",
+    "message_space",
+]
 
 DEFAULT_MAX_CHARS = 1 << 20
 _SAMPLE_CHARSET = string.printable + "αβγδπθλΣ±×÷≤≥≠√∞∫°€—中文数学"
@@ -42,9 +48,35 @@ class UnicodeText(spaces.Text):
     __hash__ = None  # type: ignore[assignment]  # mutable (seeded) like every Gymnasium space
 
 
-def message_space(max_chars: int = DEFAULT_MAX_CHARS) -> spaces.Dict:
-    """One chat message: ``{"role": str, "content": str}``."""
-    return spaces.Dict({"role": UnicodeText(16), "content": UnicodeText(max_chars)})
+class MessageSpace(spaces.Dict):
+    """One chat message: ``{"role": str, "content": str}`` and, in OpenAI's shape, optionally
+    ``tool_calls`` (an assistant's calls: a list of ``{"id", "type": "function", "function":
+    {"name", "arguments"}}``), ``tool_call_id`` and ``name`` (a tool message answering one).
+
+    ``gymnasium.spaces.Dict`` requires exactly its keys, and these three appear only on some
+    messages, so membership is checked here; samples are plain role/content messages.
+    """
+
+    OPTIONAL: ClassVar[dict[str, type]] = {"tool_calls": list, "tool_call_id": str, "name": str}
+
+    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS, seed: Any = None) -> None:
+        super().__init__({"role": UnicodeText(16), "content": UnicodeText(max_chars)}, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, dict) or not all(k in x for k in self.spaces):
+            return False
+        extra = set(x) - set(self.spaces)
+        return all(self.spaces[k].contains(x[k]) for k in self.spaces) and all(
+            k in self.OPTIONAL and isinstance(x[k], self.OPTIONAL[k]) for k in extra
+        )
+
+    def __repr__(self) -> str:
+        return f"MessageSpace({self.spaces['content'].max_length})"
+
+
+def message_space(max_chars: int = DEFAULT_MAX_CHARS) -> MessageSpace:
+    """One chat message (see :class:`MessageSpace`)."""
+    return MessageSpace(max_chars)
 
 
 def chat_observation_space(max_chars: int = DEFAULT_MAX_CHARS) -> spaces.Dict:

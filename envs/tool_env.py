@@ -14,9 +14,12 @@ Tools read and change only ``self.task``, ``self.episode`` (JSON-serialisable) a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from gymnasium.error import ResetNeeded
 
 from .base import TextEnv, Turn, _Default
 from .math_env import ANSWER_INSTRUCTION
@@ -90,6 +93,16 @@ def tool(description: str, **params: str) -> Callable[[Callable[..., Any]], Call
     return mark
 
 
+def _tool_message(content: str, name: str | None, call_id: str | None) -> dict[str, Any]:
+    """A ``tool`` message; it names the call it answers when the call was read (OpenAI shape)."""
+    message: dict[str, Any] = {"role": "tool", "content": content}
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    if name is not None and call_id is not None:
+        message["name"] = name
+    return message
+
+
 class ToolEnv(TextEnv):
     """Base of the tool-use environments; subclasses add ``@tool`` methods and tasks."""
 
@@ -127,9 +140,26 @@ class ToolEnv(TextEnv):
     def episode(self) -> dict[str, Any]:
         return self._episode
 
-    def call(self, name: str, **arguments: Any) -> str:
+    def format_call(self, name: str, **arguments: Any) -> str:
         """The text of a call to ``name`` in this env's tool-call format (for gold actions)."""
         return self.parser.format_call(name, arguments)
+
+    def call(self, name: str, **arguments: Any) -> str:
+        """Deprecated name of :meth:`format_call` (it formats a call; it does not run one)."""
+        warnings.warn(
+            "ToolEnv.call() formats a call's text; it is renamed format_call(). To run a tool, "
+            "use call_tool().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.format_call(name, **arguments)
+
+    def call_tool(self, name: str, **arguments: Any) -> ToolResult:
+        """Run tool ``name`` on the current episode as a call from the model would (the same
+        argument checks, and errors become a ``tool_error`` result instead of raising)."""
+        if self._task is None:
+            raise ResetNeeded("call reset() first")
+        return self._execute(ToolCall(name, arguments))
 
     def respond(self, action: str) -> Turn:
         calls, problems = self.parser.parse(
@@ -140,7 +170,8 @@ class ToolEnv(TextEnv):
             return Turn(
                 status=outcome.status.value, outcome=outcome, span=self.answer_span(outcome)
             )
-        events: list[tuple[tuple[int, int], str, str, str | None]] = []  # span, status, text, tool
+        # span, status, text, tool, call id
+        events: list[tuple[tuple[int, int], str, str, str | None, str | None]] = []
         for problem in problems:
             events.append(
                 (
@@ -148,8 +179,10 @@ class ToolEnv(TextEnv):
                     "tool_parse_error",
                     f"error: could not parse the tool call: {problem.message}",
                     None,
+                    None,
                 )
             )
+        structured = []  # the calls in OpenAI's shape, ids numbered per turn (forks agree)
         for i, call in enumerate(calls):
             if i >= self.max_calls_per_turn:
                 result = ToolResult(
@@ -157,14 +190,24 @@ class ToolEnv(TextEnv):
                 )
             else:
                 result = self._execute(call)
-            events.append((call.span, result.status, result.content, call.name))
+            call_id = f"call_{self.turn}_{i}" if self.parser.structured else None
+            events.append((call.span, result.status, result.content, call.name, call_id))
+            if call_id is not None:
+                structured.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                )
         events.sort(key=lambda e: e[0])
         status = max((e[1] for e in events), key=_SEVERITY.index)
         return Turn(
             status=status,
-            messages=[{"role": "tool", "content": text} for _, _, text, _ in events],
+            messages=[_tool_message(text, name, call_id) for _, _, text, name, call_id in events],
             span=(events[0][0][0], max(e[0][1] for e in events)),
-            info={"tool_calls": [{"name": name, "status": st} for _, st, _, name in events]},
+            info={"tool_calls": [{"name": name, "status": st} for _, st, _, name, _ in events]},
+            tool_calls=structured or None,
         )
 
     def _execute(self, call: ToolCall) -> ToolResult:

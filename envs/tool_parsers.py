@@ -39,6 +39,7 @@ class ParseProblem:
 
 class ToolParser(Protocol):
     name: ClassVar[str]
+    structured: ClassVar[bool]
 
     def parse(
         self, text: str, tools: dict[str, list[str]]
@@ -59,6 +60,9 @@ class HermesParser:
     """``<tool_call>{json}</tool_call>`` blocks, as in Hermes and Qwen chat templates."""
 
     name: ClassVar[str] = "hermes"
+    # its calls are reported in OpenAI's shape (`tool_calls`, `tool_call_id`): chat templates
+    # and tool parsers elsewhere read and write this format
+    structured: ClassVar[bool] = True
     _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 
     def parse(
@@ -113,12 +117,15 @@ class HermesParser:
         return f"{self._OPEN}\n{json.dumps({'name': name, 'arguments': arguments})}\n{self._CLOSE}"
 
     def instructions(self, tool_schemas: list[dict[str, Any]]) -> str:
+        # forkgym's chat template (agents/tokenizer.py) writes the same text for `tools=`
+        first = tool_schemas[0]
+        example = {p: "..." for p in (first.get("parameters") or {}).get("properties") or {}}
         return (
             "You can call tools. Their signatures, as JSON schemas:\n"
             f"<tools>\n{_schema_block(tool_schemas)}\n</tools>\n"
             "To call a tool, write a JSON object with the tool's name and arguments between "
             "<tool_call> and </tool_call>, for example:\n"
-            f"{self.format_call(tool_schemas[0]['name'], {p: '...' for p in tool_schemas[0]['parameters']['properties']})}\n"
+            f"{self.format_call(first['name'], example)}\n"
             "The results come back in the next message. When you know the answer, reply without a "
             "tool call."
         )
@@ -128,6 +135,9 @@ class TagParser:
     """``<tool_name>body</tool_name>``: body is a JSON object or a single parameter's value."""
 
     name: ClassVar[str] = "tags"
+    # forkgym's own format for tiny models: its calls stay in the text only (a chat template
+    # would render structured calls Hermes style, beside the tags)
+    structured: ClassVar[bool] = False
 
     def parse(
         self, text: str, tools: dict[str, list[str]]

@@ -2,6 +2,10 @@
 
 * :mod:`.verl`: verl's custom reward function, ``compute_score(data_source, solution_str,
   ground_truth, extra_info=None)``.
+* :mod:`.openenv`: any forkgym env as an OpenEnv environment server (``create_app(env_id)``);
+  needs ``forkgym[openenv]``.
+* :mod:`.prime`: any forkgym env as a PrimeIntellect ``verifiers`` environment
+  (``load_environment(env_id)``); needs ``forkgym[prime]``.
 
 OpenRLHF's remote reward model is a route of the verifier service (``POST /get_reward``).
 """

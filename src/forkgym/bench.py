@@ -294,19 +294,11 @@ def trl_env_rows(
     messages, "task_seed": ...}``, a conversational prompt, so TRL applies the tokenizer's chat
     template as forkgym does. Step ``s`` of a ``GRPOTrainer`` with ``prompts`` prompts per step
     and ``shuffle_dataset=False`` gets the same tasks as forkgym's step ``s``."""
-    import gymnasium as gym
-
-    import forkgym.envs  # noqa: F401 - registers the environments
     from forkgym.agents.seeds import task_seeds
+    from forkgym.integrations.trl import env_rows
 
-    env = gym.make(env_id, **env_kwargs)
-    rows = []
-    for step in range(steps):
-        for task_seed in task_seeds(seed, "train", step, prompts):
-            obs, _ = env.reset(seed=task_seed)
-            rows.append({"prompt": list(obs["messages"]), "task_seed": task_seed})
-    env.close()
-    return rows
+    seeds = [s for step in range(steps) for s in task_seeds(seed, "train", step, prompts)]
+    return env_rows(env_id, seeds, **env_kwargs)
 
 
 def trl_env_reward(

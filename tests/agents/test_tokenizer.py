@@ -211,3 +211,104 @@ def test_corpus_covers_every_env_and_its_messages(corpus):
     ]:
         assert needle in text, needle
     assert corpus_from_envs(2) == corpus_from_envs(2)
+
+
+# -- tools: the Hermes format that TRL's and vLLM's parsers read --------------------------------
+
+CALC_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression exactly.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "the expression"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+def test_tools_render_as_forkgyms_hermes_instructions(tokenizer):
+    from forkgym.envs.tool_parsers import HermesParser
+
+    messages = [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "2+2?"}]
+    text = tokenizer.apply_chat_template(
+        messages, tools=[CALC_TOOL], tokenize=False, add_generation_prompt=True
+    )
+    assert text == render_chatml(messages, add_generation_prompt=True, tools=[CALC_TOOL])
+    # the same words an environment's hermes parser writes into its system prompt
+    instructions = HermesParser().instructions([CALC_TOOL["function"]])
+    assert text.startswith(f"<|im_start|>system\nBe exact.\n\n{instructions}<|im_end|>\n")
+    assert text.count("<|im_start|>system") == 1
+    # without a system message the tools still get a system turn of their own
+    alone = tokenizer.apply_chat_template(messages[1:], tools=[CALC_TOOL], tokenize=False)
+    assert (
+        alone == f"<|im_start|>system\n{instructions}<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+    )
+
+
+def test_openai_tool_calls_render_and_parse_back(tokenizer):
+    call = {
+        "type": "function",
+        "function": {"name": "calculator", "arguments": {"expression": "2+2"}},
+    }
+    messages = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1_0", "name": "calculator", "content": "4"},
+        {"role": "assistant", "content": "Twice:", "tool_calls": [call, call]},
+    ]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert text == render_chatml(messages)
+    block = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
+    assert f"<|im_start|>assistant\n{block}<|im_end|>\n" in text
+    assert f"<|im_start|>assistant\nTwice:\n{block}\n{block}<|im_end|>\n" in text
+    assert "<|im_start|>tool\n4<|im_end|>\n" in text
+    # arguments as a JSON string (what OpenAI clients send) render the same
+    as_string = {
+        "type": "function",
+        "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'},
+    }
+    assert render_chatml([{"role": "assistant", "content": "", "tool_calls": [as_string]}]) == (
+        f"<|im_start|>assistant\n{block}<|im_end|>\n"
+    )
+    # transformers' response parser reads the calls back (what TRL's tool loop does)
+    parsed = tokenizer.parse_response(f"Twice:\n{block}\n{block}<|im_end|>", prefix="")
+    assert parsed == {"role": "assistant", "content": "Twice:", "tool_calls": [call, call]}
+    assert tokenizer.parse_response("$\\boxed{4}$<|im_end|>", prefix="") == {
+        "role": "assistant",
+        "content": "$\\boxed{4}$",
+    }
+
+
+def test_env_tool_conversation_round_trips_through_the_template(tokenizer, verifier):
+    """An environment's messages render as exactly the text the model wrote (its calls are not
+    rendered twice), and the calls the env reports are the ones the parser reads back."""
+    env = gym.make("forkgym/Calculator-v0", verifier=verifier)
+    obs, _ = env.reset(seed=1000)
+    action = env.unwrapped.gold_action()
+    obs, *_ = env.step(action)
+    assistant, tool_message = obs["messages"][-2], obs["messages"][-1]
+    assert assistant["content"] == action
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_1_0",
+            "type": "function",
+            "function": {
+                "name": "calculator",
+                "arguments": {"expression": env.unwrapped.task.data["expression"]},
+            },
+        }
+    ]
+    assert tool_message["tool_call_id"] == "call_1_0" and tool_message["name"] == "calculator"
+    plain = [{"role": m["role"], "content": m["content"]} for m in obs["messages"]]
+    rendered = tokenizer.apply_chat_template(list(obs["messages"]), tokenize=False)
+    assert rendered == tokenizer.apply_chat_template(plain, tokenize=False)
+    parsed = tokenizer.parse_response(action + "<|im_end|>", prefix="")
+    assert parsed["tool_calls"] == [
+        {k: v for k, v in c.items() if k != "id"} for c in assistant["tool_calls"]
+    ]
+    # rendering the parsed (OpenAI-shaped) message gives back the model's text
+    assert render_chatml([parsed]) == render_chatml([{"role": "assistant", "content": action}])
+    env.close()

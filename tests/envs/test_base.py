@@ -108,7 +108,7 @@ def test_truncate_from_outside_and_turn_limits():
     )
     calc = make("forkgym/Calculator-v0", max_turns=2)
     calc.reset(seed=2)
-    call = calc.unwrapped.call("calculator", expression="1+1")
+    call = calc.unwrapped.format_call("calculator", expression="1+1")
     assert calc.step(call)[2:4] == (False, False)
     _, _, terminated, truncated, info = calc.step(call)
     assert (terminated, truncated, info["status"], info["limit"]) == (

@@ -36,7 +36,7 @@ def attack(code: str, isolation: str = "auto", seed: int = 0, **limits):
     options = {"cpu_seconds": 2, "wall_seconds": 8.0, **limits}
     env = gym.make("forkgym/PythonTool-v0", isolation=isolation, **options)
     env.reset(seed=seed)
-    obs, _, _, _, info = env.step(env.unwrapped.call("python", code=HOOK_OFF + code))
+    obs, _, _, _, info = env.step(env.unwrapped.format_call("python", code=HOOK_OFF + code))
     return obs["messages"][-1]["content"], info, env
 
 
@@ -178,7 +178,7 @@ for what, fn in (
     assert os.getpriority(os.PRIO_PROCESS, me) == nice
     assert len(os.sched_getaffinity(me)) == len(os.sched_getaffinity(0))
     # and the environment is alive and answers the next call
-    obs, *_ = env.step(env.unwrapped.call("python", code="print(6 * 7)"))
+    obs, *_ = env.step(env.unwrapped.format_call("python", code="print(6 * 7)"))
     assert "42" in obs["messages"][-1]["content"]
 
 

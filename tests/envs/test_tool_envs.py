@@ -64,7 +64,9 @@ def test_bad_tool_calls_are_statuses_and_the_episode_continues(name):
     if status != "tool_ok":
         assert obs["messages"][-1]["content"].startswith("error:")
     # the episode goes on to a correct answer
-    env.step(env.unwrapped.call("calculator", expression=env.unwrapped.task.data["expression"]))
+    env.step(
+        env.unwrapped.format_call("calculator", expression=env.unwrapped.task.data["expression"])
+    )
     assert env.step(env.unwrapped.gold_action())[4]["status"] == "correct"
 
 
@@ -131,21 +133,23 @@ def test_hostile_python_ends_as_a_status_and_leaves_nothing_behind(name):
     env.reset(seed=0)
     before = _children()
     start = time.perf_counter()
-    obs, _, terminated, truncated, info = env.step(env.unwrapped.call("python", code=code))
+    obs, _, terminated, truncated, info = env.step(env.unwrapped.format_call("python", code=code))
     assert time.perf_counter() - start < 10
     assert info["status"] == status, obs["messages"][-1]["content"]
     assert evidence in obs["messages"][-1]["content"]
     assert not terminated and not truncated
     assert _children() <= before  # no stray process survives the call
     assert not Path("/tmp/forkgym-escaped.txt").exists()
-    env.step(env.unwrapped.call("python", code=env.unwrapped.task.data["gold_code"]))
+    env.step(env.unwrapped.format_call("python", code=env.unwrapped.task.data["gold_code"]))
     assert env.step(env.unwrapped.gold_action())[4]["status"] == "correct"
 
 
 def test_python_tool_is_deterministic_across_branches():
     env = gym.make("forkgym/PythonTool-v0")
     env.reset(seed=8)
-    call = env.unwrapped.call("python", code="import random\nprint(random.random(), hash('abc'))")
+    call = env.unwrapped.format_call(
+        "python", code="import random\nprint(random.random(), hash('abc'))"
+    )
     fork = env.unwrapped.fork()
     assert env.step(call)[0] == fork.step(call)[0]
 
@@ -177,3 +181,41 @@ def test_calculator_gold_trajectory_in_each_solution_style(style):
     assert (reward, terminated, info["status"]) == (1.0, True, "correct")
     with pytest.raises(ValueError, match="solution_style"):
         gym.make("forkgym/Calculator-v0", solution_style="essay")
+
+
+def test_tool_messages_answer_openai_shaped_calls():
+    """hermes envs report each call in OpenAI's shape; each tool message names the call it
+    answers; a call the parser could not read gets a tool message without an id."""
+    env = gym.make("forkgym/Inventory-v0")
+    obs, _ = env.reset(seed=2)
+    obs, _, _, _, info = env.step(env.unwrapped.gold_action())
+    calls = obs["messages"][-1 - len(info["tool_calls"])]["tool_calls"]
+    answers = obs["messages"][-len(info["tool_calls"]) :]
+    assert [a["tool_call_id"] for a in answers] == [c["id"] for c in calls]
+    assert [a["name"] for a in answers] == [c["function"]["name"] for c in calls]
+    assert all(c["type"] == "function" for c in calls)
+    assert env.observation_space.contains(obs)
+    fork = env.unwrapped.fork()  # the ids are part of the state, so a fork carries them
+    assert fork.get_state()["messages"] == env.unwrapped.get_state()["messages"]
+    env.reset(seed=2)
+    obs, *_ = env.step('<tool_call>\n{"name": "search_items", "arguments": \n</tool_call>')
+    assert "tool_calls" not in obs["messages"][-2] and "tool_call_id" not in obs["messages"][-1]
+    assert env.observation_space.contains(obs)
+
+
+def test_tags_envs_keep_calls_in_the_text_only():
+    env = gym.make("forkgym/Calculator-v0", tool_parser="tags")
+    env.reset(seed=3)
+    obs, *_ = env.step(env.unwrapped.gold_action())
+    assert "tool_calls" not in obs["messages"][-2] and "tool_call_id" not in obs["messages"][-1]
+
+
+def test_call_tool_runs_a_tool_and_call_is_a_deprecated_alias():
+    env = gym.make("forkgym/Calculator-v0")
+    env.reset(seed=0)
+    result = env.unwrapped.call_tool("calculator", expression="6*7")
+    assert (result.content, result.status) == ("42", "tool_ok")
+    assert env.unwrapped.call_tool("calculator", expression=6).status == "tool_error"
+    with pytest.warns(DeprecationWarning, match="format_call"):
+        text = env.unwrapped.call("calculator", expression="1+1")
+    assert text == env.unwrapped.format_call("calculator", expression="1+1")
