@@ -104,6 +104,12 @@ class TrainConfig:
     device: str = "cpu"
     threads: int | None = None  # torch intra-op threads (None: leave as is)
     tensorboard: bool = False
+    # also log to Weights & Biases (pip install 'forkgym[wandb]'); WANDB_MODE=offline and the
+    # other WANDB_* variables apply. Project None: $WANDB_PROJECT, else "forkgym"; run name
+    # None: the run directory's name
+    wandb: bool = False
+    wandb_project: str | None = None
+    wandb_run_name: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:

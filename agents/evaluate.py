@@ -2,14 +2,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from .policy import Policy
+from .batch import RolloutBatch
+from .config import TrainConfig
+from .episode import Episode
+from .policy import Policy, SamplingParams
 from .rollout import Rollouts
 from .seeds import task_seeds
 
-__all__ = ["evaluate"]
+__all__ = ["ProgressCallback", "evaluate"]
+
+# (what, tasks done, tasks in all): "pass@1" for the greedy pass, then "pass@k" if sampled
+ProgressCallback = Callable[[str, int, int], Any]
+
+
+class _SliceRollouts(Rollouts):
+    """Rollouts of a slice of the task list whose sampling seeds are keyed by each task's
+    index in the whole list, so that evaluating in chunks draws what one batch would."""
+
+    offset = 0
+
+    def _params(self, episode: Episode, stream: str, step: int, turn: int) -> SamplingParams:
+        shifted = replace(episode, group=episode.group + self.offset)
+        return super()._params(shifted, stream, step, turn)
+
+
+def _collect(
+    rollouts: _SliceRollouts,
+    seeds: Sequence[int],
+    stream: str,
+    what: str,
+    progress: ProgressCallback | None,
+    chunk: int,
+) -> list[RolloutBatch]:
+    """All tasks in one batch, or chunk by chunk with ``progress`` told after each."""
+    if progress is None:
+        return [rollouts.collect(seeds, stream, 0)]
+    batches = []
+    progress(what, 0, len(seeds))
+    for start in range(0, len(seeds), chunk):
+        rollouts.offset = start
+        batches.append(rollouts.collect(seeds[start : start + chunk], stream, 0))
+        progress(what, min(start + chunk, len(seeds)), len(seeds))
+    return batches
 
 
 def evaluate(
@@ -20,26 +58,33 @@ def evaluate(
     episodes: int,
     seed: int,
     k: int = 0,
-    max_new_tokens: int = 24,
+    max_new_tokens: int = TrainConfig.max_new_tokens,
     temperature: float = 1.0,
+    progress: ProgressCallback | None = None,
+    chunk: int = 16,
 ) -> dict[str, float]:
     """``eval_accuracy`` (greedy pass@1) over ``episodes`` tasks; ``eval_pass@k`` if k > 0.
 
     The tasks come from the ``eval`` stream keyed by ``seed``: the same tasks for every
-    evaluation of a run, and for every estimator compared at the same seed.
+    evaluation of a run, and for every estimator compared at the same seed. With
+    ``progress(what, done, total)`` the tasks go to the policy ``chunk`` at a time (the
+    same tasks and sampling seeds, so the same results up to the float noise of batch
+    composition), and it is told after each chunk; without it, all at once.
     """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     seeds = task_seeds(seed, "eval", 0, episodes)
-    greedy = Rollouts(
+    greedy = _SliceRollouts(
         make_env, policy, tokenizer, k=0, greedy=True, max_new_tokens=max_new_tokens, seed=seed
     )
-    batch = greedy.collect(seeds, "eval-greedy", 0)
+    batches = _collect(greedy, seeds, "eval-greedy", "pass@1", progress, chunk)
     out = {
-        "eval_accuracy": int(batch.greedy_correct.sum()) / episodes,
-        "eval_infra_failures": float((~batch.greedy_valid).sum()),
-        "eval_tokens": float(batch.cost.tokens_generated),
+        "eval_accuracy": sum(int(b.greedy_correct.sum()) for b in batches) / episodes,
+        "eval_infra_failures": float(sum(int((~b.greedy_valid).sum()) for b in batches)),
+        "eval_tokens": float(sum(b.cost.tokens_generated for b in batches)),
     }
     if k > 0:
-        sampled = Rollouts(
+        sampled = _SliceRollouts(
             make_env,
             policy,
             tokenizer,
@@ -47,6 +92,8 @@ def evaluate(
             temperature=temperature,
             max_new_tokens=max_new_tokens,
             seed=seed,
-        ).collect(seeds, "eval-sampled", 0)
-        out[f"eval_pass@{k}"] = int(sampled.correct.any(1).sum()) / episodes
+        )
+        batches = _collect(sampled, seeds, "eval-sampled", f"pass@{k}", progress, chunk)
+        solved = sum(int(b.correct.any(1).sum()) for b in batches)
+        out[f"eval_pass@{k}"] = solved / episodes
     return out

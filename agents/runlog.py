@@ -1,15 +1,20 @@
-"""Where a run's per-step metrics go: a JSONL file, the SQL store, optionally TensorBoard.
+"""Where a run's per-step metrics go: a JSONL file, the SQL store, optionally TensorBoard and
+Weights & Biases.
 
 ``RUN_DIR/metrics.jsonl`` gets one JSON object per step. The store (SQLite by default, any
 SQLAlchemy URL) gets the run in ``runs`` (with its resolved config) and each step in
 ``metrics``. After a resume from step s, lines and rows past s are replaced, so the record of
-a resumed run is that of one uninterrupted run.
+a resumed run is that of one uninterrupted run. TensorBoard and W&B get the numeric values of
+the same records (W&B also the config); a resumed run continues the same W&B run (its id is
+kept in ``RUN_DIR/wandb_run_id``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,9 @@ from sqlalchemy.dialects import sqlite
 from forkgym.store import make_engine, upgrade
 from forkgym.store.models import MetricRow, RunRow, utcnow
 
-__all__ = ["RunLog", "read_metrics"]
+__all__ = ["WANDB_INSTALL_HINT", "RunLog", "read_metrics"]
+
+WANDB_INSTALL_HINT = "wandb=true needs the wandb package: pip install 'forkgym[wandb]'"
 
 
 def _clean(value: Any) -> Any:
@@ -28,11 +35,25 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of a record (what TensorBoard and W&B plot), ``step`` left out."""
+    return {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _import_wandb() -> Any:
+    """The optional ``wandb`` package, imported only when asked for."""
+    try:
+        import wandb
+    except ImportError as exc:
+        raise RuntimeError(WANDB_INSTALL_HINT) from exc
+    return wandb
 
 
 class RunLog:
@@ -44,8 +65,15 @@ class RunLog:
         *,
         store_url: str | None = None,
         tensorboard: bool = False,
+        wandb: bool = False,
+        wandb_project: str | None = None,
+        wandb_run_name: str | None = None,
         resume_step: int | None = None,
     ) -> None:
+        """``wandb``: also log to Weights & Biases (the package is an optional extra, imported
+        only then); ``WANDB_MODE``, ``WANDB_DIR`` and the other ``WANDB_*`` variables apply."""
+        wandb_module = _import_wandb() if wandb else None  # before any file is written
+        self._closed = False
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.path = self.run_dir / "metrics.jsonl"
@@ -86,6 +114,36 @@ class RunLog:
             except ImportError as exc:  # pragma: no cover - optional extra
                 raise RuntimeError("tensorboard=True needs the tensorboard package") from exc
             self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self._wandb: Any = None
+        if wandb_module is not None:
+            self._wandb = self._start_wandb(
+                wandb_module, config, wandb_project, wandb_run_name, resume=resume_step is not None
+            )
+
+    def _start_wandb(
+        self,
+        wandb: Any,
+        config: dict[str, Any],
+        project: str | None,
+        name: str | None,
+        *,
+        resume: bool,
+    ) -> Any:
+        """A W&B run with the config recorded; a resumed run continues its own W&B run."""
+        id_file = self.run_dir / "wandb_run_id"
+        wandb_id = id_file.read_text().strip() if resume and id_file.exists() else ""
+        if not wandb_id:
+            wandb_id = uuid.uuid4().hex[:12]
+            id_file.write_text(wandb_id + "\n")
+        return wandb.init(
+            project=project or os.environ.get("WANDB_PROJECT") or "forkgym",
+            name=name or self.run_id,
+            id=wandb_id,
+            resume="allow",
+            config=config,
+            # beside the run's other files unless WANDB_DIR says otherwise
+            dir=None if os.environ.get("WANDB_DIR") else str(self.run_dir),
+        )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
@@ -101,12 +159,19 @@ class RunLog:
                 [{"run_id": self.run_id, "step": step, "values": record, "created_at": utcnow()}],
             )
         if self._tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self._tb.add_scalar(key, value, step)
+            for key, value in _scalars(record).items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(_scalars(record), step=step)
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """Flush and close every sink once; ``exit_code`` != 0 marks the W&B run failed."""
+        if self._closed:
+            return
+        self._closed = True
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish(exit_code=exit_code)
         self._engine.dispose()

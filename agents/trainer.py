@@ -51,6 +51,9 @@ from .shaping import RewardShaping
 __all__ = ["Trainer"]
 
 StepCallback = Callable[[int, dict[str, Any]], Any]
+# told "eval" before each held-out evaluation and "train" when training (re)starts, with the
+# step: long evaluations (``eval_at_start``) can then be labelled by the caller
+PhaseCallback = Callable[[str, int], Any]
 
 
 def _takes(backend: str, option: str) -> bool:
@@ -129,6 +132,9 @@ class Trainer:
             config.to_dict(),
             store_url=config.store_url,
             tensorboard=config.tensorboard,
+            wandb=config.wandb,
+            wandb_project=config.wandb_project,
+            wandb_run_name=config.wandb_run_name,
             resume_step=self.step if resume else None,
         )
 
@@ -260,6 +266,7 @@ class Trainer:
         self,
         stop: Callable[[int, dict[str, Any]], bool] | None = None,
         on_step: StepCallback | None = None,
+        on_phase: PhaseCallback | None = None,
     ) -> dict[str, Any]:
         """Train to ``config.steps``; evaluate, checkpoint and log on the way.
 
@@ -268,9 +275,16 @@ class Trainer:
         ``config.max_tokens_generated`` on generated tokens (the run overshoots the budget by
         less than one step's tokens). ``config.eval_every_tokens`` adds an evaluation at the
         first step at or past each multiple of that many generated tokens.
-        ``on_step(step, metrics)`` sees every logged step (the CLI draws its progress bar).
+        ``on_step(step, metrics)`` sees every logged step (the CLI draws its progress bar);
+        ``on_phase(phase, step)`` is told ``"eval"`` before each held-out evaluation and
+        ``"train"`` when training goes on (the CLI labels its bar with it).
         """
         config = self.config
+
+        def phase(name: str) -> None:
+            if on_phase is not None:
+                on_phase(name, self.step)
+
         started = time.perf_counter()
         last: dict[str, Any] = {}
         if (
@@ -279,7 +293,9 @@ class Trainer:
             and (config.eval_every or config.eval_every_tokens)
         ):
             first = {"tokens_generated": 0, "tokens_trained": 0, "reward_mean": None}
+            phase("eval")
             self.log.log(0, {**first, **self.evaluate()})
+        phase("train")
         budget = config.max_tokens_generated
         while self.step < config.steps and (budget is None or self.tokens_generated_total < budget):
             metrics = self.train_step()
@@ -299,7 +315,10 @@ class Trainer:
             crossed = every is not None and self.tokens_generated_total // every > before // every
             by_steps = config.eval_every and self.step % config.eval_every == 0
             if (config.eval_every or every) and (by_steps or crossed or final):
+                phase("eval")
                 metrics.update(self.evaluate())
+                if not final:
+                    phase("train")
             final = final or (stop is not None and stop(self.step, metrics))
             self.log.log(self.step, metrics)
             last = metrics

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forkgym.verifiers.extract import last_boxed
+from forkgym.verifiers.extract import boxed_spans, last_boxed
 
 from .math_env import ANSWER_INSTRUCTION, MathEnv
 from .task import Task
@@ -73,7 +73,11 @@ def build_task(
     gold = None
     if isinstance(worked, str):
         gold = worked
-        final = last_boxed(worked)
+        boxes = [worked[a:b].strip() for a, b in boxed_spans(worked)]
+        # several boxes are the parts of one answer, graded together (MathVerifier multi_box)
+        final = (
+            last_boxed(worked) if len(boxes) < 2 else ", ".join(f"\\boxed{{{b}}}" for b in boxes)
+        )
         if not final:
             raise ValueError(f"{where}: {solution_name} has no \\boxed{{}} final answer")
     elif isinstance(answer_value, str) and "####" in answer_value:

@@ -22,9 +22,11 @@ __all__ = [
     "EXTRACTORS",
     "AnswerExtractor",
     "Extraction",
+    "boxed_spans",
     "last_boxed",
     "last_boxed_span",
     "register_extractor",
+    "split_top_level",
 ]
 
 Span = tuple[int, int]
@@ -92,6 +94,49 @@ def last_boxed(text: str) -> str | None:
     """Contents of the last ``\\boxed{...}``; see :func:`last_boxed_span`."""
     span = last_boxed_span(text)
     return None if span is None else text[span[0] : span[1]]
+
+
+def boxed_spans(text: str) -> list[Span]:
+    """Spans of the contents of every well-formed ``\\boxed{...}``/``\\fbox{...}``, in order
+    (one left-to-right scan; a box inside another box's argument is part of that argument, and
+    nothing after a box that is never closed counts)."""
+    spans: list[Span] = []
+    pos = 0
+    nxt = {"\\boxed": text.find("\\boxed"), "\\fbox": text.find("\\fbox")}
+    while True:
+        for name, at in nxt.items():  # each search resumes where it stopped: one scan in all
+            if 0 <= at < pos:
+                nxt[name] = text.find(name, pos)
+        found = [(at, name) for name, at in nxt.items() if at >= 0]
+        if not found:
+            return spans
+        start, name = min(found)
+        span = _box_argument(text, start + len(name))
+        if span is None:
+            pos = start + len(name)
+            while pos < len(text) and text[pos] in " \t":
+                pos += 1
+            if pos < len(text) and text[pos] == "{":
+                return spans  # unbalanced: the rest is inside a box the response never closed
+            continue
+        spans.append(span)
+        pos = span[1] + 1
+
+
+def split_top_level(text: str) -> list[str]:
+    """``text`` cut at the commas and semicolons outside any bracket: ``"2, (1, 3); x"`` ->
+    ``["2", "(1, 3)", "x"]`` (how one box can hold several parts)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch in ",;" and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
 _GSM8K = re.compile(r"####[ \t]*([^\n]*)")

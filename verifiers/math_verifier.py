@@ -28,13 +28,24 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import Any
 
-from .extract import AnswerExtractor, last_boxed, strip_math_delimiters
+from .extract import (
+    AnswerExtractor,
+    boxed_spans,
+    last_boxed,
+    split_top_level,
+    strip_math_delimiters,
+)
 from .fair_slots import FairSlots
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
 from .worker_pool import WorkerPool, failure_status
 
-__all__ = ["MathVerifier", "reference_answer"]
+__all__ = ["MULTI_BOX", "MathVerifier", "reference_answer", "reference_parts"]
+
+# How a reference with several \boxed{} is graded (MathVerifier's `multi_box`):
+# "parts": every box is one part of the answer, in order, and all must be right;
+# "last": only the last box is the answer (the reference's other boxes are ignored).
+MULTI_BOX = ("parts", "last")
 
 _WORKER_MODULE = "forkgym.verifiers.math_worker"
 _CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
@@ -47,6 +58,17 @@ def reference_answer(reference: str) -> str | None:
         boxed = last_boxed(reference)
         return strip_math_delimiters(boxed) if boxed is not None else None
     return strip_math_delimiters(reference) or None
+
+
+def reference_parts(reference: str) -> list[str] | None:
+    """The parts of a multi-part reference (the contents of each of its ``\\boxed{}``, when it
+    has two or more), else None."""
+    if "\\boxed" not in reference and "\\fbox" not in reference:
+        return None
+    spans = boxed_spans(reference)
+    if len(spans) < 2:
+        return None
+    return [strip_math_delimiters(reference[a:b]) for a, b in spans]
 
 
 def _grade_in_worker(*args: Any) -> tuple[str, dict[str, Any]]:
@@ -65,6 +87,7 @@ class _Item:
     """
 
     start: float
+    parts: list[_Item] | None = None  # a multi-part answer: one item per part
     extracted: str | None = None
     strategy: str | None = None
     span: tuple[int, int] | None = None
@@ -93,6 +116,11 @@ class MathVerifier:
             errors are never cached.
         memory_limit_mb: address-space cap of each worker (a huge expression fails as
             ``timeout`` with reason ``memory_limit`` instead of swapping the machine).
+        multi_box: a reference with two or more ``\\boxed{}`` is a multi-part answer:
+            ``"parts"`` (default) grades the response's last as many boxes (or its one box cut
+            at top-level commas or semicolons) part by part, in order, and is correct only when
+            every part is; ``"last"`` grades the last box alone, which pays a response that
+            answers only the last part.
     """
 
     name = "math"
@@ -110,21 +138,25 @@ class MathVerifier:
         float_rounding: int = 6,
         numeric_precision: int = 15,
         timeout_memory_s: float = 600.0,
+        multi_box: str = "parts",
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if multi_box not in MULTI_BOX:
+            raise ValueError(f"multi_box must be one of {MULTI_BOX}, got {multi_box!r}")
         # what a pickled copy is rebuilt from (the pool, locks and caches are not state)
         self._init_args = {
             "timeout": timeout, "workers": workers, "extract": tuple(extract), "rewards": rewards,
             "fast_path": fast_path, "cache_size": cache_size, "memory_limit_mb": memory_limit_mb,
             "float_rounding": float_rounding, "numeric_precision": numeric_precision,
-            "timeout_memory_s": timeout_memory_s,
+            "timeout_memory_s": timeout_memory_s, "multi_box": multi_box,
         }  # fmt: skip
         if workers is None:
             workers = os.cpu_count() or 1
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
         self.timeout = float(timeout)
+        self.multi_box = multi_box
         self.workers = workers
         self.extractor = AnswerExtractor(extract)
         self.rewards = rewards
@@ -170,6 +202,7 @@ class MathVerifier:
             f"forkgym-{__version__}+math-verify-{mv}"
             f";extract={','.join(self.extractor.names)}"
             f";round={self.float_rounding};precision={self.numeric_precision}"
+            f";multi_box={self.multi_box}"
         )
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -195,8 +228,9 @@ class MathVerifier:
     def verify(self, reference: str, response: str) -> Outcome:
         """Grade one response. Never raises for odd content; raises TypeError for non-strings."""
         item = self._prepare(reference, response)
-        if item.status is None:
-            self._grade_symbolic({item.key: [item]})  # type: ignore[dict-item]
+        todo = self._pending([item])
+        if todo:
+            self._grade_symbolic(todo)
         return self._outcome(item)
 
     def verify_quick(self, reference: str, response: str) -> Outcome | None:
@@ -206,7 +240,7 @@ class MathVerifier:
         symbolic rest to :meth:`verify_many` in a thread.
         """
         item = self._prepare(reference, response)
-        return None if item.status is None else self._outcome(item)
+        return None if self._pending([item]) else self._outcome(item)
 
     def verify_many(
         self,
@@ -220,14 +254,8 @@ class MathVerifier:
         Identical pairs are graded once, and submissions are windowed so every worker always
         has its next item queued without flooding memory on very long inputs.
         """
-        items: list[_Item] = []
-        todo: dict[tuple[str, str], list[_Item]] = {}
-        for pair in pairs:
-            reference, response = pair
-            item = self._prepare(reference, response)
-            items.append(item)
-            if item.status is None:
-                todo.setdefault(item.key, []).append(item)  # type: ignore[arg-type]
+        items = [self._prepare(reference, response) for reference, response in pairs]
+        todo = self._pending(items)
         if todo:
             deadline = None if budget_s is None else time.monotonic() + budget_s
             self._grade_symbolic(todo, deadline=deadline, cancel=cancel)
@@ -241,6 +269,9 @@ class MathVerifier:
                 f"{type(reference).__name__} and {type(response).__name__}"
             )
         item = _Item(start=time.perf_counter())
+        parts = reference_parts(reference) if self.multi_box == "parts" else None
+        if parts is not None:
+            return self._prepare_parts(item, parts, response)
         ref = reference_answer(reference)
         if ref is None:
             return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
@@ -248,7 +279,11 @@ class MathVerifier:
         item.extracted, item.strategy, item.span = found.answer, found.strategy, found.span
         if found.answer is None:
             return self._done(item, Status.INVALID, {"reason": found.reason})
-        item.key = (ref, found.answer)
+        return self._judge(item, ref, found.answer)
+
+    def _judge(self, item: _Item, ref: str, answer: str) -> _Item:
+        """The verdict cache, the timeout memory and the fast path; unset status = symbolic."""
+        item.key = (ref, answer)
         if self.timeout_memory_s > 0:
             with self._cache_lock:
                 until = self._timed_out.get(item.key)
@@ -263,12 +298,63 @@ class MathVerifier:
             if hit is not None:
                 return self._done(item, hit[0], {**hit[1], "path": "cache"})
         if self.fast_path:
-            verdict = fast_compare(ref, found.answer)
+            verdict = fast_compare(ref, answer)
             if verdict is not None:
                 status = Status.CORRECT if verdict else Status.INCORRECT
                 return self._done(item, status, {"path": "fast"})
         item.prepared = time.perf_counter()
         return item
+
+    def _prepare_parts(self, item: _Item, refs: list[str], response: str) -> _Item:
+        """A multi-part reference: the response's answers, one per part (see ``multi_box``)."""
+        if not all(refs):
+            return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
+        spans = boxed_spans(response) if "box" in response else []
+        if len(spans) >= len(refs):
+            spans = spans[-len(refs) :]
+            answers = [strip_math_delimiters(response[a:b]) for a, b in spans]
+            item.strategy, item.span = "boxed_parts", (spans[0][0], spans[-1][1])
+        else:
+            found = self.extractor(response)
+            if found.answer is None:
+                item.strategy = None
+                return self._done(item, Status.INVALID, {"reason": found.reason, "parts": len(refs)})  # fmt: skip
+            answers = split_top_level(found.answer)
+            item.strategy, item.span = found.strategy, found.span
+        item.extracted = ", ".join(answers)
+        if len(answers) != len(refs) or not all(answers):
+            details = {"reason": "parts_missing", "parts": len(refs), "answered": len(answers)}
+            return self._done(item, Status.INCORRECT, details)
+        item.parts = [
+            self._judge(_Item(start=item.start), ref, answer)
+            for ref, answer in zip(refs, answers, strict=True)
+        ]
+        self._combine(item)
+        return item
+
+    def _combine(self, item: _Item) -> None:
+        """A multi-part verdict once every part has one: incorrect if any part is, else a
+        timeout or error if any part had one (nothing can be concluded), else correct."""
+        assert item.parts is not None
+        if any(p.status is None for p in item.parts):
+            return
+        statuses = [p.status for p in item.parts]
+        for status in (Status.INCORRECT, Status.TIMEOUT, Status.ERROR, Status.CORRECT):
+            if status in statuses:
+                break
+        details = {"parts": [s.value for s in statuses], "path": "parts"}  # type: ignore[union-attr]
+        item.queued_s = max(p.queued_s for p in item.parts)
+        self._done(item, status, details)
+        item.end = max(item.end, *(p.end for p in item.parts))  # type: ignore[type-var]
+
+    def _pending(self, items: list[_Item]) -> dict[tuple[str, str], list[_Item]]:
+        """What is left for the workers, by key (a multi-part item's undecided parts)."""
+        todo: dict[tuple[str, str], list[_Item]] = {}
+        for item in items:
+            for part in item.parts or [item]:
+                if part.status is None:
+                    todo.setdefault(part.key, []).append(part)  # type: ignore[arg-type]
+        return todo
 
     @staticmethod
     def _done(item: _Item, status: Status, details: dict[str, Any]) -> _Item:
@@ -390,6 +476,8 @@ class MathVerifier:
             self._done(item, status, {**details, "path": "math_verify"})
 
     def _outcome(self, item: _Item) -> Outcome:
+        if item.parts is not None and item.status is None:
+            self._combine(item)
         assert item.status is not None and item.details is not None and item.end is not None
         details = dict(item.details)
         if item.strategy is not None:

@@ -337,3 +337,36 @@ def test_a_token_budget_ends_the_run_within_one_step_and_survives_a_resume(tmp_p
     Trainer(config(tmp_path, tiny_model_dir, "part", **budget), resume=True).run()
     part = read_metrics(tmp_path / "part")
     assert [m["tokens_generated_total"] for m in part] == totals
+
+
+def test_the_run_says_when_it_evaluates_and_when_it_trains(tmp_path, tiny_model_dir):
+    """A caller can label a long first evaluation (eval_at_start) instead of sitting at step 0."""
+    phases: list[tuple[str, int]] = []
+    trainer = Trainer(config(tmp_path, tiny_model_dir, "phases", eval_k=0))
+    trainer.run(on_phase=lambda phase, step: phases.append((phase, step)))
+    assert phases == [("eval", 0), ("train", 0), ("eval", 2), ("train", 2), ("eval", 3)]
+
+
+def test_an_evaluation_in_chunks_with_progress_matches_one_batch(tiny_model_dir):
+    """The CLI's progress bar evaluates chunk by chunk: same tasks, same sampling seeds."""
+    import gymnasium as gym
+
+    from forkgym.agents.backends import build_policy
+    from forkgym.agents.evaluate import evaluate
+    from forkgym.agents.models import load_policy_model
+
+    model, tokenizer = load_policy_model(tiny_model_dir)
+    policy = build_policy("hf", model, tokenizer, seed=0)
+    kwargs = {"system_prompt": None, "operations": "+", "digits": 1}
+
+    def run(**options):
+        return evaluate(
+            policy, tokenizer, lambda: gym.make("forkgym/Arithmetic-v0", **kwargs),
+            episodes=5, seed=3, k=3, max_new_tokens=6, **options,
+        )  # fmt: skip
+
+    told: list[tuple[str, int, int]] = []
+    chunked = run(progress=lambda *args: told.append(args), chunk=2)
+    assert chunked == run()
+    assert told == [("pass@1", 0, 5), ("pass@1", 2, 5), ("pass@1", 4, 5), ("pass@1", 5, 5),
+                    ("pass@3", 0, 5), ("pass@3", 2, 5), ("pass@3", 4, 5), ("pass@3", 5, 5)]  # fmt: skip

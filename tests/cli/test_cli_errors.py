@@ -73,6 +73,17 @@ def test_tensorboard_without_its_package_says_how_to_install(here, tiny_model_di
     assert not (here / "r").exists()
 
 
+def test_wandb_without_its_package_says_how_to_install(here, tiny_model_dir):
+    """Refused before the run folder is made, as tensorboard is."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    result = runner.invoke(app, ["train", "--model", str(tiny_model_dir), "--out", "r", "wandb=true"])  # fmt: skip
+    assert result.exit_code == 2 and "pip install 'forkgym[wandb]'" in said(result)
+    assert not (here / "r").exists()
+
+
 def test_outcomes_on_a_missing_database_creates_nothing(here):
     result = runner.invoke(app, ["outcomes", "--db", "sqlite:///missing.db"])
     assert result.exit_code == 2 and "no outcome store" in result.output

@@ -31,6 +31,20 @@ def test_show_describes_spaces_kwargs_tools_and_a_task():
     assert runner.invoke(app, ["envs", "show", "Arithmetic-v0", "-k", "digits"]).exit_code == 2
 
 
+def test_show_lists_the_common_kwargs_system_prompt_included():
+    """The base class's keyword arguments come from its signature, not a list kept by hand."""
+    result = runner.invoke(app, ["envs", "show", "Arithmetic-v0"])
+    assert result.exit_code == 0, result.stdout
+    text = " ".join(result.stdout.split())  # rich wraps at 80 columns here
+    kwargs = text[text.index("kwargs digits=") : text.index("system prompt ")]
+    for name in ("system_prompt=", "verifier=", "rewards=", "max_chars=", "render_mode="):
+        assert name in kwargs
+    assert "config=" not in kwargs
+    assert "system prompt 'You are a careful mathematician." in text
+    quiet = runner.invoke(app, ["envs", "show", "Arithmetic-v0", "-k", "system_prompt=null"])
+    assert "system prompt none" in quiet.stdout
+
+
 def test_play_scripted_and_interactive():
     result = runner.invoke(
         app, ["envs", "play", "forkgym/Calculator-v0", "--seed", "1", "-a", ":gold", "-a", ":gold"]

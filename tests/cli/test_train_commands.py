@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from forkgym.cli import app
@@ -109,3 +110,28 @@ def test_train_reaches_every_part_from_the_command_line(tmp_path, warm_model_dir
         assert key in last, key
     bad = runner.invoke(app, ["train", "--out", str(tmp_path / "x"), "--algorithm", "a2c"])
     assert bad.exit_code == 2 and "algorithm='a2c' is not one of" in bad.output
+
+
+def test_a_failing_run_closes_its_log_as_failed():
+    """W&B (and the metrics file) are finished, marked failed, before the error goes on."""
+    from types import SimpleNamespace
+
+    from forkgym.cli.train import _run_with_progress
+
+    closed: list[int] = []
+    phases: list[str] = []
+
+    def run(on_step, on_phase):
+        on_phase("eval", 0)
+        phases.append("eval")
+        raise KeyboardInterrupt
+
+    trainer = SimpleNamespace(
+        config=SimpleNamespace(steps=3, eval_episodes=5, eval_k=0),
+        step=0,
+        run=run,
+        log=SimpleNamespace(close=lambda exit_code=0: closed.append(exit_code)),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        _run_with_progress(trainer, show=False)
+    assert phases == ["eval"] and closed == [1]

@@ -132,14 +132,19 @@ def show(
     console.print(f"\n[bold]observation space[/bold] {env.observation_space}")
     console.print(f"[bold]action space[/bold] {env.action_space}")
     params = inspect.signature(type(env).__init__).parameters.values()
-    args = [
-        f"{p.name}={p.default!r}"
-        for p in params
-        if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD
+    own = [p for p in params if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    args = [f"{p.name}={p.default!r}" for p in own]
+    # the base classes' keyword arguments (system_prompt=, verifier=, ...), from their
+    # signatures rather than a list kept by hand; `config` is what a subclass passes up
+    common = [
+        f"{name}="
+        for name in env_kwargs_of(_env_id(env_id))
+        if name not in {p.name for p in own} | {"config"}
     ]
-    console.print(
-        f"[bold]kwargs[/bold] {', '.join(args)}  (plus verifier=, rewards=, max_chars=, render_mode=)"
-    )
+    plus = f"  (plus {', '.join(common)})" if common else ""
+    console.print(f"[bold]kwargs[/bold] {', '.join(args)}{plus}")
+    prompt = getattr(env, "system_prompt", None)
+    console.print(f"[bold]system prompt[/bold] {'none' if prompt is None else repr(prompt)}")
     tools = getattr(env, "tools", None)
     if tools:
         for spec in tools.values():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -139,7 +141,7 @@ def _file_sets(config: Path | None, overrides: list[str] | None, key: str) -> bo
 def _check_run(cfg: Any, *, model_given: bool) -> None:
     """What would fail minutes into a run, refused before anything is written: a missing
     model (never looked up on the hub when it is a path), an env id or keyword argument that
-    does not exist, TensorBoard asked for without its package."""
+    does not exist, TensorBoard or W&B asked for without its package."""
     from forkgym.agents.models import missing_local_model
 
     from .envs import check_env
@@ -159,13 +161,31 @@ def _check_run(cfg: Any, *, model_given: bool) -> None:
             raise typer.BadParameter(
                 "tensorboard=true needs the tensorboard package: pip install tensorboard"
             ) from None
+    if cfg.wandb:
+        import importlib.util
+
+        from forkgym.agents.runlog import WANDB_INSTALL_HINT
+
+        if importlib.util.find_spec("wandb") is None:
+            raise typer.BadParameter(WANDB_INSTALL_HINT)
+
+
+def phase_label(config: Any, phase: str) -> str:
+    """What the train bar says the run is doing (an evaluation can take minutes)."""
+    if phase == "eval":
+        sampled = f", pass@{config.eval_k}" if config.eval_k else ""
+        return f"evaluating (held-out, {config.eval_episodes} episodes{sampled})"
+    return "training"
 
 
 def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
-    """``trainer.run()`` under a live progress bar: step, reward, accuracy, speed, held-out."""
+    """``trainer.run()`` under a live progress bar: what it is doing (training, evaluating),
+    step, reward, accuracy, speed, held-out. A run that fails closes its log (W&B marks it
+    failed) before the error goes on."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     progress = Progress(
+        TextColumn("{task.description}"),
         TextColumn("step {task.completed}/{task.total}"),
         BarColumn(),
         TextColumn("{task.fields[info]}"),
@@ -174,7 +194,7 @@ def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
     )
     with progress:
         task = progress.add_task(
-            "train", total=trainer.config.steps, completed=trainer.step, info=""
+            "starting", total=trainer.config.steps, completed=trainer.step, info=""
         )
 
         def on_step(step: int, metrics: dict[str, Any]) -> None:
@@ -187,21 +207,58 @@ def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
                 info += f"  eval {metrics['eval_accuracy']:.3f}"
             progress.update(task, completed=step, info=info)
 
-        return trainer.run(on_step=on_step)
+        def on_phase(phase: str, step: int) -> None:
+            label = phase_label(trainer.config, phase)
+            progress.update(task, description=label, completed=step)
+
+        try:
+            return trainer.run(on_step=on_step, on_phase=on_phase)
+        except BaseException:
+            trainer.log.close(exit_code=1)
+            raise
 
 
 def evaluate(
     model: Annotated[
-        str,
-        typer.Option(help="Model directory (or hub name); with --backend openai, its tokenizer."),
-    ],
-    env: Annotated[str, typer.Option(help="Environment id.")],
-    episodes: Annotated[int, typer.Option(min=1, help="Held-out tasks.")] = 200,
-    seed: Annotated[int, typer.Option(help="Seed of the held-out task stream.")] = 10_000,
+        str | None,
+        typer.Option(
+            help="Model directory (or hub name); with --backend openai, its tokenizer. "
+            "With --run: the run's latest checkpoint."
+        ),
+    ] = None,
+    env: Annotated[str | None, typer.Option(help="Environment id. With --run: the run's.")] = None,
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            help="A training run's folder (train's --out): evaluate its latest checkpoint with "
+            "its env, env kwargs, token budget and held-out settings; options given override them."
+        ),
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Held-out tasks. [default: 200; with --run, its eval_episodes]"),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the held-out task stream. [default: train's eval_seed, or the run's]"
+        ),
+    ] = None,
     pass_k: Annotated[
-        int, typer.Option("--pass-k", min=0, help="Also sampled pass@k (0: off).")
-    ] = 0,
-    max_new_tokens: Annotated[int, typer.Option(help="Token budget per assistant turn.")] = 24,
+        int | None,
+        typer.Option(
+            "--pass-k",
+            min=0,
+            help="Also sampled pass@k (0: off). [default: 0; with --run, its eval_k]",
+        ),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Token budget per assistant turn. [default: train's max_new_tokens, or the run's]",
+        ),
+    ] = None,
     backend: Annotated[
         str, typer.Option(help="hf (transformers), vllm (in-process) or openai (a server).")
     ] = "hf",
@@ -213,8 +270,14 @@ def evaluate(
         typer.Option(help="--backend openai: the served model's name (default: the first)."),
     ] = None,
     kwarg: KwargOption = None,
+    progress: Annotated[
+        bool,
+        typer.Option("--progress/--no-progress", help="Show a progress bar (on stderr)."),
+    ] = True,
 ) -> None:
-    """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON."""
+    """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON.
+
+    With --run, the run's own held-out evaluation of its latest checkpoint."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401
@@ -229,7 +292,17 @@ def evaluate(
         raise typer.BadParameter(missing, param_hint="--backend")
     if (base_url is not None or served_model is not None) and backend != "openai":
         raise typer.BadParameter("--base-url and --served-model go with --backend openai")
-    kwargs = parse_kwargs(kwarg)
+    saved = _run_settings(run, model_given=model is not None) if run is not None else {}
+    model = model or saved.get("model")
+    env = env or saved.get("env")
+    if model is None or env is None:
+        raise typer.BadParameter("give --model and --env, or --run DIR (a training run's folder)")
+    settings = {**_eval_defaults(), **saved}
+    episodes = episodes if episodes is not None else settings["episodes"]
+    seed = seed if seed is not None else settings["seed"]
+    pass_k = pass_k if pass_k is not None else settings["pass_k"]
+    max_new_tokens = max_new_tokens if max_new_tokens is not None else settings["max_new_tokens"]
+    kwargs = {**settings.get("env_kwargs", {}), **parse_kwargs(kwarg)}
     check_env(env, kwargs)
     try:
         net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
@@ -237,15 +310,19 @@ def evaluate(
         raise typer.BadParameter(str(exc), param_hint="--model") from None
     policy = build_policy(backend, net, tokenizer, seed=seed, **options)
     try:
-        result = run_eval(
-            policy,
-            tokenizer,
-            lambda: gym.make(_env_id(env), **kwargs),
-            episodes=episodes,
-            seed=seed,
-            k=pass_k,
-            max_new_tokens=max_new_tokens,
-        )
+        with _eval_progress(progress) as on_progress:
+            result = run_eval(
+                policy,
+                tokenizer,
+                lambda: gym.make(_env_id(env), **kwargs),
+                episodes=episodes,
+                seed=seed,
+                k=pass_k,
+                max_new_tokens=max_new_tokens,
+                temperature=settings["temperature"],
+                progress=on_progress,
+                chunk=max(8, -(-episodes // 20)),  # about 20 updates of the bar
+            )
     finally:
         close = getattr(policy, "close", None)
         if close is not None:
@@ -253,15 +330,114 @@ def evaluate(
     typer.echo(
         json.dumps(
             {
+                **({"run": str(run)} if run is not None else {}),
                 "model": model,
                 "env": _env_id(env),
                 "backend": backend,
                 "episodes": episodes,
+                "max_new_tokens": max_new_tokens,
                 "accuracy": result["eval_accuracy"],
                 **result,
             }
         )
     )
+
+
+def _eval_defaults() -> dict[str, Any]:
+    """``forkgym eval``'s defaults: the token budget, held-out seed and sampling temperature
+    are TrainConfig's (one source of truth), so that a model trained with the defaults is
+    evaluated as its run evaluated it."""
+    from forkgym.agents.config import TrainConfig
+
+    return {
+        "episodes": 200,
+        "seed": TrainConfig.eval_seed,
+        "pass_k": 0,
+        "max_new_tokens": TrainConfig.max_new_tokens,
+        "temperature": TrainConfig.temperature,
+    }
+
+
+def _run_settings(run: Path, *, model_given: bool) -> dict[str, Any]:
+    """What ``forkgym eval`` takes from a run folder: its latest checkpoint (the model and the
+    tokenizer with its chat template), env and env kwargs (the prompt settings), token budget,
+    sampling temperature and held-out evaluation settings. Read from the saved config without
+    validating it again, so a run evaluates on a machine without its training backend."""
+    from forkgym.agents.checkpoint import Checkpoints
+    from forkgym.agents.config import ConfigError, TrainConfig, load_plugins, read_file
+
+    hint = "--run"
+    if not run.is_dir():
+        raise typer.BadParameter(f"{run} is not a directory", param_hint=hint)
+    if not (run / "config.yaml").is_file():
+        raise typer.BadParameter(
+            f"{run} is not a run folder (no config.yaml); give the --out folder of `forkgym train`",
+            param_hint=hint,
+        )
+    try:
+        saved = read_file(run / "config.yaml")
+    except (ConfigError, OSError, ValueError) as exc:  # yaml's errors are ValueErrors
+        raise typer.BadParameter(
+            f"{run}/config.yaml is unreadable: {exc}", param_hint=hint
+        ) from None
+    if problems := load_plugins(saved.get("plugins") or []):
+        raise typer.BadParameter("; ".join(problems), param_hint=hint)
+
+    def get(key: str) -> Any:
+        return saved.get(key, getattr(TrainConfig, key, None))
+
+    settings: dict[str, Any] = {
+        "env": get("env"),
+        "env_kwargs": dict(saved.get("env_kwargs") or {}),
+        "max_new_tokens": get("max_new_tokens"),
+        "temperature": get("temperature"),
+        "episodes": get("eval_episodes"),
+        "seed": get("eval_seed"),
+        "pass_k": get("eval_k"),
+    }
+    if not model_given:
+        checkpoints = Checkpoints(run).all()
+        if not checkpoints:
+            raise typer.BadParameter(
+                f"{run} has no checkpoint yet (checkpoints/step_*); train it further, or pass --model",
+                param_hint=hint,
+            )
+        settings["model"] = str(checkpoints[-1])
+    return settings
+
+
+@contextmanager
+def _eval_progress(show: bool) -> Iterator[Any]:
+    """A bar over the held-out tasks, pass by pass, on stderr (stdout carries the JSON); with
+    --no-progress no callback, so the tasks go to the policy in one batch."""
+    if not show:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("episodes"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
+    tasks: dict[str, Any] = {}
+
+    def on_progress(what: str, done: int, total: int) -> None:
+        if what not in tasks:
+            tasks[what] = bar.add_task(f"evaluating {what}", total=total)
+        bar.update(tasks[what], completed=done)
+
+    with bar:
+        yield on_progress
 
 
 def _eval_model(

@@ -213,6 +213,13 @@ def verify(
             help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, answer_is, last_number."
         ),
     ] = ["boxed"],  # noqa: B006
+    multi_box: Annotated[
+        str,
+        typer.Option(
+            help="A reference with several \\boxed{}: 'parts' grades every box, in order; "
+            "'last' only the last."
+        ),
+    ] = "parts",
     batch_size: Annotated[
         int, typer.Option(min=1, help="Rows graded per batch in file mode.")
     ] = 256,
@@ -240,7 +247,9 @@ def verify(
     if input is not None and output is None:
         raise typer.BadParameter("--input needs --output (a path, or '-' for stdout)")
     try:
-        verifier = MathVerifier(timeout=timeout, workers=workers, extract=extract)
+        verifier = MathVerifier(
+            timeout=timeout, workers=workers, extract=extract, multi_box=multi_box
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
