@@ -17,6 +17,7 @@ from .checker import LLMEnvCheckError, check_llm_env
 from .registration import ENVIRONMENTS, EnvInfo, register_envs
 from .spaces import UnicodeText, chat_observation_space
 from .task import Task
+from .wrapped import episode_outcome, fork
 
 register_envs()
 
@@ -30,5 +31,7 @@ __all__ = [
     "UnicodeText",
     "chat_observation_space",
     "check_llm_env",
+    "episode_outcome",
+    "fork",
     "register_envs",
 ]

@@ -16,7 +16,9 @@ checker adds, for a registered id:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -106,11 +108,14 @@ def check_llm_env(
     seeds: int = 4,
     cross_process_seeds: int = 16,
     vector_envs: int = 3,
+    verbose: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run every check on ``gym.make(env_id, **kwargs)``; raise on the first failure.
 
-    Returns a report: which checks ran, over how many seeds, and how long each took.
+    Returns a report: which checks ran, over how many seeds, and how long each took. Quiet
+    unless ``verbose``: Gymnasium's ``check_env`` renders the env in ``human`` mode, which
+    prints whole prompts.
     """
     report: dict[str, Any] = {"env_id": env_id, "checks": {}}
 
@@ -126,7 +131,8 @@ def check_llm_env(
         env = gym.make(env_id, **kwargs)
         if not isinstance(env.unwrapped, TextEnv):
             raise _fail(env_id, "type", f"{type(env.unwrapped).__name__} is not a forkgym TextEnv")
-        with warnings.catch_warnings():
+        sink = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+        with warnings.catch_warnings(), sink:
             warnings.simplefilter("error")
             try:
                 check_env(env)

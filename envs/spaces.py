@@ -9,13 +9,23 @@ CJK), which is enough for Gymnasium's checker and for fuzzing an environment wit
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing as mp
+import pickle
 import string
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from gymnasium import spaces
+from gymnasium.vector.utils import (
+    create_shared_memory,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
+    "ChatObservation",
     "MessageSpace",
     "UnicodeText",
     "chat_observation_space",
@@ -79,16 +89,104 @@ def message_space(max_chars: int = DEFAULT_MAX_CHARS) -> MessageSpace:
     return MessageSpace(max_chars)
 
 
-def chat_observation_space(max_chars: int = DEFAULT_MAX_CHARS) -> spaces.Dict:
+class ChatObservation(spaces.Dict):
+    """``{"messages": Sequence(MessageSpace), "prompt": UnicodeText}``, the observation of every
+    forkgym environment; its own type so that Gymnasium's async vector env can pass it through
+    shared memory (registered below)."""
+
+    def __init__(self, max_chars: int = DEFAULT_MAX_CHARS, seed: Any = None) -> None:
+        self.max_chars = max_chars
+        super().__init__(
+            {
+                "messages": spaces.Sequence(message_space(max_chars), stack=False),
+                "prompt": UnicodeText(max_chars),
+            },
+            seed=seed,
+        )
+
+    @property
+    def slot_bytes(self) -> int:
+        """Shared-memory bytes per environment: the prompt and the messages it renders, at up
+        to 4 UTF-8 bytes a character, plus room for message keys and pickling."""
+        return 8 * self.max_chars + (1 << 16)
+
+
+def chat_observation_space(max_chars: int = DEFAULT_MAX_CHARS) -> ChatObservation:
     """The conversation so far, as chat messages and as one rendered prompt string.
 
-    ``messages`` is a tuple of ``{"role", "content"}`` dicts (a ``Sequence`` space holds tuples),
-    ready for ``tokenizer.apply_chat_template(list(obs["messages"]))``; ``prompt`` renders the
-    same conversation as plain text for models without a chat template.
+    ``messages`` is a tuple of message dicts (a ``Sequence`` space holds tuples), ready for
+    ``tokenizer.apply_chat_template(list(obs["messages"]))``; ``prompt`` renders the same
+    conversation as plain text for models without a chat template.
     """
-    return spaces.Dict(
-        {
-            "messages": spaces.Sequence(message_space(max_chars), stack=False),
-            "prompt": UnicodeText(max_chars),
+    return ChatObservation(max_chars)
+
+
+# -- shared memory for AsyncVectorEnv ------------------------------------------------------------
+# Gymnasium shares observations between its worker processes and the main one through
+# fixed-size buffers, and refuses variable-length spaces (Text, Sequence) unless the user passes
+# `vector_kwargs={"shared_memory": False}`. A chat observation goes through one byte slot per
+# environment instead: the worker pickles it (strings are stored as their UTF-8 bytes, so
+# nothing the model wrote is interpreted), the main process unpickles it when read.
+
+
+class _SharedChatBatch(Mapping[str, Any]):
+    """The vector env's observations, read from the slots when accessed (Gymnasium reads shared
+    memory once and returns the same object every step, copying it unless ``copy=False``)."""
+
+    def __init__(self, buffer: Any, n: int, slot: int) -> None:
+        self._buffer, self._n, self._slot = buffer, n, slot
+
+    def _decode(self) -> dict[str, tuple[Any, ...]]:
+        raw = memoryview(self._buffer.get_obj()).cast("B")
+        rows = []
+        for i in range(self._n):
+            start = i * self._slot
+            size = int.from_bytes(raw[start : start + 8], "little")
+            rows.append(pickle.loads(raw[start + 8 : start + 8 + size]) if size else ((), ""))
+        return {
+            "messages": tuple(messages for messages, _ in rows),
+            "prompt": tuple(prompt for _, prompt in rows),
         }
-    )
+
+    def __getitem__(self, key: str) -> tuple[Any, ...]:
+        return self._decode()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("messages", "prompt"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, tuple[Any, ...]]:
+        return self._decode()
+
+    def __repr__(self) -> str:
+        return repr(self._decode())
+
+
+@create_shared_memory.register(ChatObservation)
+def _create_chat_memory(space: ChatObservation, n: int = 1, ctx: Any = mp) -> Any:
+    return ctx.Array(ctypes.c_uint8, n * space.slot_bytes)
+
+
+@read_from_shared_memory.register(ChatObservation)
+def _read_chat_memory(space: ChatObservation, shared_memory: Any, n: int = 1) -> Any:
+    return _SharedChatBatch(shared_memory, n, space.slot_bytes)
+
+
+@write_to_shared_memory.register(ChatObservation)
+def _write_chat_memory(
+    space: ChatObservation, index: int, value: dict[str, Any], shared_memory: Any
+) -> None:
+    blob = pickle.dumps((tuple(value["messages"]), value["prompt"]), protocol=5)
+    slot = space.slot_bytes
+    if len(blob) + 8 > slot:
+        raise ValueError(
+            f"an observation of {len(blob):,} bytes does not fit the {slot:,}-byte shared-memory "
+            f"slot of an env with max_chars={space.max_chars:,}: raise max_chars, or pass "
+            "vector_kwargs={'shared_memory': False}"
+        )
+    raw = memoryview(shared_memory.get_obj()).cast("B")
+    start = index * slot
+    raw[start + 8 : start + 8 + len(blob)] = blob
+    raw[start : start + 8] = len(blob).to_bytes(8, "little")
