@@ -1,4 +1,5 @@
-"""The Python examples of docs/integrations.md run as written, their commented results hold."""
+"""The Python examples of the pages under docs/integrations/ run as written, and their
+commented results hold."""
 
 import ast
 import re
@@ -10,22 +11,18 @@ import pytest
 
 from tests.services.conftest import start_server
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
-# Sections whose examples need another project's package: they run with the integrations.
-OPENENV = "## OpenEnv"
-PRIME = "## PrimeIntellect verifiers"
-TRL = "## TRL"
+PAGES = Path(__file__).resolve().parents[2] / "docs" / "integrations"
 
 
-def _blocks(*, only: str | None = None) -> list[str]:
-    """The page's Python blocks: those of the section whose heading starts with ``only``, or
-    (without it) those of every section but the integration-package ones."""
-    sections = re.split(r"^(?=## )", PAGE.read_text(), flags=re.M)
-    if only is not None:
-        sections = [s for s in sections if s.startswith(only)]
-    else:
-        sections = [s for s in sections if not s.startswith((OPENENV, PRIME, TRL))]
-    return [b for s in sections for b in re.findall(r"```python\n(.*?)```", s, flags=re.S)]
+def _blocks(page: str) -> list[str]:
+    """The Python blocks of ``docs/integrations/<page>.md``."""
+    return re.findall(r"```python\n(.*?)```", (PAGES / f"{page}.md").read_text(), flags=re.S)
+
+
+def test_every_integration_page_has_a_runnable_example():
+    pages = sorted(p.stem for p in PAGES.glob("*.md") if p.stem != "index")
+    assert pages == ["openenv", "openrlhf", "prime", "trl", "verl"]
+    assert all(_blocks(page) for page in pages)
 
 
 def _run(block: str) -> None:
@@ -43,7 +40,7 @@ def _run(block: str) -> None:
 
 
 def test_the_integration_examples_run(tmp_path):
-    blocks = _blocks()
+    blocks = _blocks("openrlhf") + _blocks("verl")
     assert len(blocks) == 2
     server = start_server(tmp_path / "o.db", "--workers", "1", "--timeout", "2")
     try:
@@ -60,7 +57,7 @@ def test_the_openenv_example_runs():
 
     from forkgym.integrations.openenv import create_app
 
-    (block,) = _blocks(only=OPENENV)
+    (block,) = _blocks("openenv")
     server = uvicorn.Server(
         uvicorn.Config(create_app("forkgym/Arithmetic-v0"), host="127.0.0.1", port=0)
     )
@@ -86,7 +83,7 @@ def test_the_prime_example_runs():
         importlib.metadata.version("verifiers")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("needs forkgym[prime]")
-    (block,) = _blocks(only=PRIME)
+    (block,) = _blocks("prime")
     _run(block)
 
 
@@ -97,7 +94,7 @@ def test_the_trl_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     scope: dict = {}
-    for block in _blocks(only=TRL):  # the second reuses the first's names
+    for block in _blocks("trl"):  # the second reuses the first's names
         *body, last = block.strip().splitlines()
         expression, _, expected = last.partition("#")
         exec("\n".join(body), scope)

@@ -290,6 +290,9 @@ def test_bearer_token_protects_everything_but_health(tmp_path):
         auth = {"Authorization": "Bearer s3cret"}
         spec = httpx.get(f"{srv.url}/openapi.json", headers=auth).json()
         assert "/v1/verify" in spec["paths"]
+        # the schema declares the token, so generated clients and schemathesis send it
+        assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+        assert spec["paths"]["/v1/verify"]["post"]["security"] == [{"HTTPBearer": []}]
         assert "swagger" in httpx.get(f"{srv.url}/docs", headers=auth).text.lower()
         with VerifierClient(srv.url, token="wrong", retries=0) as client:
             refused = client.verify("12", r"\boxed{12}")
