@@ -57,3 +57,34 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir):
         env_kwargs=WARM_ENV_KWARGS,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A private PostgreSQL cluster for the session (tests/postgres.py); skipped without the
+    server binaries or the psycopg driver."""
+    from tests.postgres import pg_bin, private_cluster
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")
+    pytest.importorskip(
+        "psycopg", reason="needs the psycopg driver: pip install 'forkgym[postgres]'"
+    )
+    with private_cluster() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request):
+    """A fresh, empty database on the session's cluster; its SQLAlchemy URL."""
+    import re
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = re.sub(r"\W", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:8]
+    admin = sa.create_engine(postgres_server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    yield postgres_server.rsplit("/", 1)[0] + f"/{name}"

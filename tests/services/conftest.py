@@ -21,11 +21,11 @@ from forkgym.services.server import READY_PREFIX, STOPPED_PREFIX
 class Server:
     proc: subprocess.Popen
     url: str
-    db: Path
+    db: Path | str
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.db}"
+        return self.db if isinstance(self.db, str) else f"sqlite:///{self.db}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -40,15 +40,16 @@ class Server:
                 self.proc.wait()
 
 
-def start_server(db: Path, *args: str, timeout: float = 120.0) -> Server:
-    """Start ``forkgym serve`` on port 0 and wait for its ready line."""
+def start_server(db: Path | str, *args: str, timeout: float = 120.0) -> Server:
+    """Start ``forkgym serve`` on port 0 and wait for its ready line; ``db`` is a SQLite file
+    or a database URL."""
     cmd = [
         sys.executable,
         "-m",
         "forkgym",
         "serve",
         "--db",
-        f"sqlite:///{db}",
+        db if isinstance(db, str) else f"sqlite:///{db}",
         "--port",
         "0",
         *args,
