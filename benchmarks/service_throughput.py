@@ -51,18 +51,19 @@ from forkgym.verifiers import MathVerifier
 SEED = 20261202
 
 
-def start_server(db: Path) -> tuple[subprocess.Popen, str]:
+def start_server(db: Path | str, workers: int = 2) -> tuple[subprocess.Popen, str]:
+    """``forkgym serve`` on a free port; ``db`` is a SQLite file or a database URL."""
     cmd = [
         sys.executable,
         "-m",
         "forkgym",
         "serve",
         "--db",
-        f"sqlite:///{db}",
+        db if isinstance(db, str) else f"sqlite:///{db}",
         "--port",
         "0",
         "--workers",
-        "2",
+        str(workers),
         "--timeout",
         "10",
     ]
@@ -146,8 +147,11 @@ def in_process(items: list[tuple[str, str]]) -> dict[str, float]:
     return {"per_s": len(items) / elapsed, "p50": pct(lat, 50), "p99": pct(lat, 99)}
 
 
-def threaded(url: str, items: list[tuple[str, str]], threads: int, batch: int) -> dict[str, float]:
-    """``threads`` clients; each sends its share, ``batch`` items per request (1 = singles)."""
+def threaded(
+    url: str | list[str], items: list[tuple[str, str]], threads: int, batch: int
+) -> dict[str, float]:
+    """``threads`` clients; each sends its share, ``batch`` items per request (1 = singles);
+    several URLs: each client spreads its requests over them."""
     latencies: list[float] = []
     lock = threading.Lock()
 

@@ -7,11 +7,17 @@ first attempt: retries after connection errors, timeouts and 5xx replies (with e
 backoff and jitter) can never record an item twice. When the service cannot be reached, or
 keeps failing, each item comes back as ``Outcome(status=error, reward=None)`` with the reason:
 never a zero reward, never an exception that kills a rollout.
+
+Given several replica URLs (``VerifierClient(["http://a:8000", "http://b:8000"])``, replicas
+sharing one PostgreSQL database), requests go round-robin over them and each retry goes to the
+next replica, so a dead replica costs one attempt and the idempotency key makes the retry on
+another replica a replay, never a second record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 import uuid
@@ -42,7 +48,7 @@ class _Core:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         token: str | None = None,
         timeout: float = 60.0,
@@ -54,7 +60,12 @@ class _Core:
     ) -> None:
         if retries < 0 or batch_size < 1:
             raise ValueError("retries must be >= 0 and batch_size >= 1")
-        self.url = url.rstrip("/")
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("give at least one service URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.url = self.urls[0]
+        self._turns = itertools.count()  # thread-safe in CPython: next() holds the GIL
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.batch_size, self.run_id = batch_size, run_id
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -76,6 +87,12 @@ class _Core:
         if self.run_id is not None:
             payload["run_id"] = self.run_id
         return payload
+
+    def replicas(self) -> list[str]:
+        """The replicas in the order this request tries them: round-robin over requests, the
+        next replica on each retry."""
+        first = next(self._turns) % len(self.urls)
+        return self.urls[first:] + self.urls[:first]
 
     def delay(self, attempt: int) -> float:
         return min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + random.random())
@@ -142,7 +159,11 @@ class VerifierClient(_Core):
     """Synchronous client (one pooled ``httpx.Client``); safe to share between threads."""
 
     def __init__(
-        self, url: str, *, transport: httpx.BaseTransport | None = None, **kwargs: Any
+        self,
+        url: str | Sequence[str],
+        *,
+        transport: httpx.BaseTransport | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(url, **kwargs)
         self._http = httpx.Client(
@@ -152,10 +173,11 @@ class VerifierClient(_Core):
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """JSON of a successful reply, retrying what can be retried; raises ServiceError."""
         error = ServiceError("unreachable", "no attempt made")
+        order = self.replicas()
         for attempt in range(self.retries + 1):
             self.attempts += 1
             try:
-                response = self._http.request(method, path, **kwargs)
+                response = self._http.request(method, order[attempt % len(order)] + path, **kwargs)
             except httpx.TransportError as exc:
                 error = ServiceError("unreachable", f"{type(exc).__name__}: {exc}")
             else:
@@ -216,7 +238,11 @@ class AsyncVerifierClient(_Core):
     """Asynchronous client (one pooled ``httpx.AsyncClient``); batches go out concurrently."""
 
     def __init__(
-        self, url: str, *, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any
+        self,
+        url: str | Sequence[str],
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(url, **kwargs)
         self._http = httpx.AsyncClient(
@@ -225,10 +251,12 @@ class AsyncVerifierClient(_Core):
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         error = ServiceError("unreachable", "no attempt made")
+        order = self.replicas()
         for attempt in range(self.retries + 1):
             self.attempts += 1
             try:
-                response = await self._http.request(method, path, **kwargs)
+                url = order[attempt % len(order)] + path
+                response = await self._http.request(method, url, **kwargs)
             except httpx.TransportError as exc:
                 error = ServiceError("unreachable", f"{type(exc).__name__}: {exc}")
             else:

@@ -61,9 +61,9 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """A private PostgreSQL cluster for the session (tests/postgres.py); skipped without the
+    """A private PostgreSQL cluster for the session (forkgym.store.local_postgres); skipped without the
     server binaries or the psycopg driver."""
-    from tests.postgres import pg_bin, private_cluster
+    from forkgym.store.local_postgres import pg_bin, private_cluster
 
     if pg_bin() is None:
         pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")

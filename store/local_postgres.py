@@ -1,8 +1,10 @@
-"""A private PostgreSQL cluster for tests: initdb into a temporary folder, a server on a free
-port that listens on 127.0.0.1 and a socket in that folder only, stopped at the end.
+"""A private PostgreSQL server for tests and benchmarks: ``initdb`` into a temporary folder, a
+server on a free port that listens on 127.0.0.1 (and a socket in that folder) only, stopped
+and deleted at the end. Nothing outside the folder is touched.
 
 The server refuses to run as root, so as root it runs as the ``postgres`` user (Debian's
-package creates it). Tests that need it skip where the server binaries are not installed."""
+``postgresql`` package creates it). Needs the server binaries (``initdb``, ``pg_ctl``) and the
+``psycopg`` driver (``pip install 'forkgym[postgres]'``)."""
 
 from __future__ import annotations
 
