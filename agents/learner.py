@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from .batch import MicroBatch, TokenBatch
 from .config import TrainConfig
@@ -118,6 +119,11 @@ class Learner:
         config = self.config
         result = Update()
         if not len(tokens):
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                # the other ranks would wait for this one's counts and gradients forever
+                raise RuntimeError(
+                    "a data-parallel rank got no rows this step: give every rank a share"
+                )
             return result
         if config.mask_truncated:  # DAPO's overlong filtering: out of the loss, still counted
             mask, stats = mask_truncated(tokens.action_mask, tokens.truncated)

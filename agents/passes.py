@@ -15,11 +15,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 
 from .batch import MicroBatch, TokenBatch
 from .reductions import Normaliser, build_normaliser
 
-__all__ = ["MetricMeans", "clip_and_step", "optimizer_steps"]
+__all__ = ["MetricMeans", "clip_and_step", "optimizer_steps", "sync_gradients"]
 
 
 def optimizer_steps(
@@ -49,11 +50,34 @@ def optimizer_steps(
                 yield epoch, micros, norm
 
 
+def sync_gradients(parameters: list[torch.nn.Parameter]) -> None:
+    """Sum the gradients over the ranks of ``torch.distributed`` (a no-op without it).
+
+    Data parallelism: every rank ran its own rows under the step's global normaliser, so each
+    rank's loss is its share of one global loss and the sum of the ranks' gradients is that
+    loss's gradient; every rank then clips the same norm and takes the same optimizer step.
+    One flat all-reduce (a parameter without a gradient on some rank counts as zeros there).
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for p, g in zip(parameters, grads, strict=True):
+        n = g.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+
+
 def clip_and_step(
     parameters: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float
 ) -> float:
-    """Clip the accumulated gradients to ``max_norm``, step, clear; the norm before clipping."""
-    norm = float(torch.nn.utils.clip_grad_norm_(list(parameters), max_norm))
+    """Sum gradients over data-parallel ranks, clip to ``max_norm``, step, clear; the norm
+    before clipping."""
+    parameters = [p for p in parameters if p.requires_grad]
+    sync_gradients(parameters)
+    norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
