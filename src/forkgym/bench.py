@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from forkgym.agents.bench.runner import EVAL_SEED  # one held-out stream for bench and experiments
+
 __all__ = [
     "ARITHMETIC",
     "ARITHMETIC_SHORT",
@@ -61,7 +63,6 @@ CALCULATOR = {
 }
 CALC_TOKENS = 40  # per turn: the tool call is 29 tokens, the boxed answer 9-10
 EVAL_EPISODES = 200
-EVAL_SEED = 10_000
 # every benchmark training run: greedy accuracy on the same held-out tasks, one final checkpoint
 HELD_OUT_RUN: dict[str, Any] = {
     "eval_episodes": EVAL_EPISODES,
