@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .batch import RolloutBatch
+from .distributed import World
 from .rollout import Rollouts
 from .sampling import GenerationLedger, filter_groups
 from .seeds import task_seeds
@@ -31,16 +32,21 @@ class Collector:
         prompts_per_step: int,
         dynamic_sampling: bool = False,
         max_resample_rounds: int = 3,
+        world: World | None = None,
     ) -> None:
         self.rollouts = rollouts
+        self.world = world or World()
         self.seed = seed
         self.prompts_per_step = prompts_per_step
         self.dynamic_sampling = dynamic_sampling
         self.max_resample_rounds = max_resample_rounds
 
     def _round(self, stream: str, step: int) -> RolloutBatch:
-        seeds = task_seeds(self.seed, stream, step, self.prompts_per_step)
-        return self.rollouts.collect(seeds, stream, step)
+        seeds = self.world.share(task_seeds(self.seed, stream, step, self.prompts_per_step))
+        # the sampling seeds are keyed by each group's place in this rank's share: per rank,
+        # so two ranks' first groups do not draw the same random numbers
+        sampling = stream if self.world.size == 1 else f"{stream}/rank{self.world.rank}"
+        return self.rollouts.collect(seeds, sampling, step)
 
     def collect(self, step: int) -> tuple[RolloutBatch, GenerationLedger]:
         """This step's groups; with dynamic sampling, rounds until enough have a signal."""

@@ -33,6 +33,7 @@ import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
 
+from . import distributed
 from .algorithms import build_algorithm
 from .backends import BACKENDS, build_policy
 from .batch import TokenBatch
@@ -60,6 +61,40 @@ def _takes(backend: str, option: str) -> bool:
     return option in inspect.signature(BACKENDS.lookup(backend)).parameters
 
 
+# estimators whose baseline spans the whole batch (or several steps): under data parallelism
+# each rank would compute it over its own share, which is not the run's estimator
+_BATCH_WIDE_ESTIMATORS = frozenset({"reinforce_mean", "reinforce_ema", "grpo_batch_std"})
+
+
+def _check_data_parallel(config: TrainConfig, ranks: int) -> None:
+    """Refuse what data parallelism would change rather than split."""
+    if config.prompts_per_step < ranks:
+        raise ValueError(
+            f"prompts_per_step ({config.prompts_per_step}) must be at least the number of "
+            f"ranks ({ranks}): each rank trains on whole groups"
+        )
+    if config.estimator in _BATCH_WIDE_ESTIMATORS:
+        raise ValueError(
+            f"estimator {config.estimator!r} takes its baseline over the whole batch; under "
+            "data parallelism each rank would see only its share: use a group estimator"
+        )
+    if config.dynamic_sampling:
+        raise ValueError(
+            "dynamic_sampling with data parallelism could leave a rank without groups; "
+            "turn it off, or train on one rank"
+        )
+
+
+class _Silent:
+    """The run log of ranks other than 0: rank 0 writes the run folder."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self, exit_code: int = 0) -> None:
+        pass
+
+
 class Trainer:
     """Wires the parts of a run together and runs the loop; owns the run directory."""
 
@@ -72,10 +107,14 @@ class Trainer:
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
+        self.world = distributed.setup(config.device)  # one rank, unless under torchrun
+        if self.world.size > 1:
+            _check_data_parallel(config, self.world.size)
         self.run_dir = Path(config.out)
         # the model first: a missing model must not leave an empty run folder behind
         self.model, self.tokenizer = load_policy_model(config.model, device=config.device)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.world.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model.train()
         options = dict(config.backend_kwargs)
         if config.allow_truncated_sampling and _takes(config.backend, "allow_truncated_sampling"):
@@ -111,6 +150,7 @@ class Trainer:
             prompts_per_step=config.prompts_per_step,
             dynamic_sampling=config.dynamic_sampling,
             max_resample_rounds=config.max_resample_rounds,
+            world=self.world,
         )
         budget = config.max_new_tokens * self.rollouts.max_turns
         self.learner = Learner(self.model, config, max_new_tokens=budget)
@@ -125,6 +165,10 @@ class Trainer:
         self.tokens_generated_total = 0  # every token generated, over the whole run
         if resume:
             self._resume()
+        self.world.barrier()  # every rank has read the checkpoint before rank 0 writes again
+        if not self.world.main:  # rank 0 alone writes the run folder
+            self.log: RunLog | _Silent = _Silent()
+            return
         self.config.save(self.run_dir / "config.yaml")
         self.log = RunLog(
             self.run_dir,
@@ -282,8 +326,14 @@ class Trainer:
         config = self.config
 
         def phase(name: str) -> None:
-            if on_phase is not None:
+            if on_phase is not None and self.world.main:
                 on_phase(name, self.step)
+
+        def held_out() -> dict[str, Any]:
+            """Rank 0 evaluates; the other ranks wait for it."""
+            result = self.evaluate() if self.world.main else {}
+            self.world.barrier()
+            return result
 
         started = time.perf_counter()
         last: dict[str, Any] = {}
@@ -294,14 +344,18 @@ class Trainer:
         ):
             first = {"tokens_generated": 0, "tokens_trained": 0, "reward_mean": None}
             phase("eval")
-            self.log.log(0, {**first, **self.evaluate()})
+            self.log.log(0, {**first, **held_out()})
         phase("train")
         budget = config.max_tokens_generated
         while self.step < config.steps and (budget is None or self.tokens_generated_total < budget):
             metrics = self.train_step()
             self.step += 1
             before = self.tokens_generated_total
-            self.tokens_generated_total += int(metrics.get("tokens_generated") or 0)
+            generated = int(metrics.get("tokens_generated") or 0)
+            if self.world.size > 1:  # the budget counts every rank's tokens; the rest is rank 0's
+                generated = int(self.world.total(generated))
+                metrics.update(tokens_generated=generated, data_parallel_ranks=self.world.size)
+            self.tokens_generated_total += generated
             metrics["tokens_generated_total"] = self.tokens_generated_total
             final = (
                 self.step == config.steps
@@ -316,15 +370,19 @@ class Trainer:
             by_steps = config.eval_every and self.step % config.eval_every == 0
             if (config.eval_every or every) and (by_steps or crossed or final):
                 phase("eval")
-                metrics.update(self.evaluate())
+                metrics.update(held_out())
                 if not final:
                     phase("train")
-            final = final or (stop is not None and stop(self.step, metrics))
+            final = final or (stop is not None and self.world.main and stop(self.step, metrics))
+            final = self.world.any(final)  # every rank stops at the same step
             self.log.log(self.step, metrics)
             last = metrics
             if final or (config.checkpoint_every and self.step % config.checkpoint_every == 0):
-                self.save_checkpoint()
-            if on_step is not None:
+                self._check_ranks_agree()
+                if self.world.main:
+                    self.save_checkpoint()
+                self.world.barrier()
+            if on_step is not None and self.world.main:
                 on_step(self.step, metrics)
             if final:
                 break
@@ -332,6 +390,19 @@ class Trainer:
         return last
 
     # -- checkpoints ----------------------------------------------------------------------------
+
+    def _check_ranks_agree(self) -> None:
+        """Under data parallelism, every rank's weights must be rank 0's (they take the same
+        steps from the same start); checked at each checkpoint, which holds rank 0's only."""
+        if self.world.size == 1:
+            return
+        with torch.no_grad():
+            checksum = sum(float(p.double().sum()) for p in self.model.parameters())
+        if not self.world.agree(checksum):
+            raise RuntimeError(
+                f"step {self.step}: the data-parallel ranks' weights differ; a rank trained on "
+                "something the others did not (see agents/distributed.py)"
+            )
 
     def save_checkpoint(self) -> Path:
         return self.checkpoints.save(

@@ -121,7 +121,10 @@ def train(
         trainer = Trainer(cfg, resume=resume)
     except FileNotFoundError as exc:
         raise typer.BadParameter(str(exc)) from None
-    last = _run_with_progress(trainer, show=cfg.progress)
+    # under torchrun every rank runs this command; rank 0 alone draws and reports
+    last = _run_with_progress(trainer, show=cfg.progress and trainer.world.main)
+    if not trainer.world.main:
+        return
     summary = {
         k: last.get(k)
         for k in ("reward_mean", "accuracy", "eval_accuracy", "tokens_generated")

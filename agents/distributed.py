@@ -1,0 +1,71 @@
+"""Data parallelism across processes started by ``torchrun``: which rank this is, and the few
+collectives the trainer needs to keep its ranks in step.
+
+``torchrun --nproc-per-node N -m forkgym train --config C.yaml`` starts N copies of the
+trainer; each reads ``WORLD_SIZE``/``RANK`` from the environment and joins one process group
+(gloo on CPU, NCCL on GPUs). Every rank generates and trains on its share of the step's
+prompts, the learner sums gradients over the ranks (``passes.sync_gradients``), and rank 0
+alone evaluates, logs and writes checkpoints. Without ``torchrun`` nothing here does
+anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["World", "setup"]
+
+
+class World:
+    """This process's place among the trainer's ranks."""
+
+    def __init__(self, rank: int = 0, size: int = 1) -> None:
+        self.rank, self.size = rank, size
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that evaluates, logs and checkpoints."""
+        return self.rank == 0
+
+    def share(self, items: list[int]) -> list[int]:
+        """This rank's items of a step: every ``size``-th from its rank (whole groups)."""
+        return items[self.rank :: self.size]
+
+    def total(self, value: float) -> float:
+        """``value`` summed over the ranks."""
+        if self.size == 1:
+            return value
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return float(t.item())
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when it is True on any (a stop decided by one rank)."""
+        return self.total(1.0 if flag else 0.0) > 0
+
+    def agree(self, value: float) -> bool:
+        """Whether every rank holds exactly ``value`` (e.g. a checksum of the weights)."""
+        if self.size == 1:
+            return True
+        t = torch.tensor([float(value), -float(value)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0]) == -float(t[1])
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier()
+
+
+def setup(device: str = "cpu") -> World:
+    """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1); else one rank."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo")
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return World(dist.get_rank(), dist.get_world_size())

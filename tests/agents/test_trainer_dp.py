@@ -1,0 +1,73 @@
+"""`forkgym train` under torchrun: two gloo ranks on CPU share each step's prompts, stay in
+step (the same weights on every rank), and rank 0 alone writes the run, which resumes on one
+process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+# the warm model's task (tests/conftest.py WARM_ENV_KWARGS): its groups mix right and wrong
+COMMON = ["--env", "Arithmetic-v0", "--no-progress", "env_kwargs.system_prompt=null",
+          "env_kwargs.operations=+", "env_kwargs.digits=1", "env_kwargs.solution_style=compact",
+          "env_kwargs.instruction=false", "prompts_per_step=4", "k=4", "max_new_tokens=12",
+          "eval_every=2", "eval_episodes=4", "eval_k=0", "threads=1"]  # fmt: skip
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args: str, ranks: int = 2) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
+           f"--master-port={_port()}", "-m", "forkgym", *args]  # fmt: skip
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_two_ranks_train_and_the_run_resumes_on_one(tmp_path, warm_model_dir):
+    run = tmp_path / "dp"
+    done = torchrun("train", "--model", str(warm_model_dir), "--steps", "2", "--out", str(run),
+                    "--estimator", "grpo", *COMMON)  # fmt: skip
+    # a rank whose weights differed from rank 0's at a checkpoint would have failed the run
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2]  # one log, written once (rank 0)
+    assert all(m["data_parallel_ranks"] == 2 for m in lines[1:])
+    # both ranks' 2 groups x K=2 branches: the budget counts every rank's tokens
+    assert (
+        lines[2]["tokens_generated_total"]
+        == lines[1]["tokens_generated"] + lines[2]["tokens_generated"]
+    )
+    assert "eval_accuracy" in lines[2]
+    # the summary line is printed once, by rank 0
+    assert done.stdout.count('"run"') == 1
+    weights = load_file(run / "checkpoints" / "step_0000002" / "model.safetensors")
+    start = load_file(warm_model_dir / "model.safetensors")
+    assert any(not (weights[k] == start[k]).all() for k in start)  # the ranks trained
+    resumed = subprocess.run(
+        [sys.executable, "-m", "forkgym", "train", "--model", str(warm_model_dir), "--steps", "3",
+         "--out", str(run), "--resume", "--estimator", "grpo", *COMMON],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2, 3]
+    assert "data_parallel_ranks" not in lines[3]
+
+
+def test_data_parallel_refuses_what_it_would_change(tmp_path, tiny_model_dir):
+    done = torchrun("train", "--model", str(tiny_model_dir), "--steps", "1", "--out",
+                    str(tmp_path / "x"), "--estimator", "reinforce_ema", *COMMON)  # fmt: skip
+    assert done.returncode != 0
+    assert "whole batch" in done.stderr
