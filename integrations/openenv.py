@@ -79,8 +79,11 @@ class ForkgymAction(Action):
 class ForkgymObservation(Observation):
     """The conversation so far and what the last step did (see the module docstring)."""
 
-    messages: list[dict[str, str]] = Field(
-        default_factory=list, description="The chat so far: system, user, assistant, tool."
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The chat so far: system, user, assistant, tool; with the hermes tool "
+        "parser, assistant messages carry OpenAI-shaped tool_calls and tool messages the "
+        "tool_call_id and name of the call they answer.",
     )
     prompt: str = Field(default="", description="Plain-text rendering, ending in the cue.")
     env_id: str = Field(default="", description="The forkgym environment id.")
@@ -196,7 +199,7 @@ class ForkgymEnvironment(Environment[ForkgymAction, ForkgymObservation, ForkgymS
         done: bool,
         outcome: dict[str, Any] | None,
     ) -> ForkgymObservation:
-        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        messages = [dict(m) for m in messages]  # role, content and any OpenAI tool fields
         task_id = self.env.task.task_id
         return ForkgymObservation(
             messages=messages,

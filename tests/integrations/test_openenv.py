@@ -157,11 +157,14 @@ def test_a_tool_episode_through_the_typed_client_and_a_fork_from_its_state(calcu
         middle = client.step(ForkgymAction(message=call))
         assert (middle.done, middle.reward, middle.observation.status) == (False, 0.0, "tool_ok")
         assert middle.observation.messages[-1]["role"] == "tool"
+        # the call in OpenAI's shape, and the tool message naming the call it answers
+        called = middle.observation.messages[-2]["tool_calls"][0]
+        assert called["function"]["name"] == "calculator"
+        assert middle.observation.messages[-1]["tool_call_id"] == called["id"]
         state = client.state()
         assert (state.task_id, state.step_count, state.done) == (info["task_id"], 1, False)
-        # forkgym's snapshot keeps what the observation leaves out (the parsed tool calls)
-        seen = [{"role": m["role"], "content": m["content"]} for m in state.forkgym["messages"]]
-        assert seen == middle.observation.messages
+        # forkgym's snapshot holds the same conversation the observation shows
+        assert state.forkgym["messages"] == middle.observation.messages
         last = client.step(ForkgymAction(message=answer))
         assert (last.done, last.reward, last.observation.outcome["status"]) == (
             True,
