@@ -42,11 +42,11 @@ class Collector:
         self.max_resample_rounds = max_resample_rounds
 
     def _round(self, stream: str, step: int) -> RolloutBatch:
-        seeds = self.world.share(task_seeds(self.seed, stream, step, self.prompts_per_step))
-        # the sampling seeds are keyed by each group's place in this rank's share: per rank,
-        # so two ranks' first groups do not draw the same random numbers
-        sampling = stream if self.world.size == 1 else f"{stream}/rank{self.world.rank}"
-        return self.rollouts.collect(seeds, sampling, step)
+        seeds = task_seeds(self.seed, stream, step, self.prompts_per_step)
+        # a data-parallel rank's share, keyed by the tasks' places in the whole step: it
+        # samples with the seeds one process would use for those tasks
+        mine = self.world.share(list(range(len(seeds))))
+        return self.rollouts.collect([seeds[i] for i in mine], stream, step, keys=mine)
 
     def collect(self, step: int) -> tuple[RolloutBatch, GenerationLedger]:
         """This step's groups; with dynamic sampling, rounds until enough have a signal."""

@@ -16,7 +16,12 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "setup"]
+__all__ = ["World", "ranks", "setup"]
+
+
+def ranks() -> int:
+    """How many data-parallel ranks this process trains with (1 outside a process group)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class World:

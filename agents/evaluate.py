@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from .batch import RolloutBatch
 from .config import TrainConfig
-from .episode import Episode
-from .policy import Policy, SamplingParams
+from .policy import Policy
 from .rollout import Rollouts
 from .seeds import task_seeds
 
@@ -19,19 +17,8 @@ __all__ = ["ProgressCallback", "evaluate"]
 ProgressCallback = Callable[[str, int, int], Any]
 
 
-class _SliceRollouts(Rollouts):
-    """Rollouts of a slice of the task list whose sampling seeds are keyed by each task's
-    index in the whole list, so that evaluating in chunks draws what one batch would."""
-
-    offset = 0
-
-    def _params(self, episode: Episode, stream: str, step: int, turn: int) -> SamplingParams:
-        shifted = replace(episode, group=episode.group + self.offset)
-        return super()._params(shifted, stream, step, turn)
-
-
 def _collect(
-    rollouts: _SliceRollouts,
+    rollouts: Rollouts,
     seeds: Sequence[int],
     stream: str,
     what: str,
@@ -44,8 +31,9 @@ def _collect(
     batches = []
     progress(what, 0, len(seeds))
     for start in range(0, len(seeds), chunk):
-        rollouts.offset = start
-        batches.append(rollouts.collect(seeds[start : start + chunk], stream, 0))
+        part = seeds[start : start + chunk]
+        keys = range(start, start + len(part))  # the sampling seeds of the whole list
+        batches.append(rollouts.collect(part, stream, 0, keys=keys))
         progress(what, min(start + chunk, len(seeds)), len(seeds))
     return batches
 
@@ -74,7 +62,7 @@ def evaluate(
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     seeds = task_seeds(seed, "eval", 0, episodes)
-    greedy = _SliceRollouts(
+    greedy = Rollouts(
         make_env, policy, tokenizer, k=0, greedy=True, max_new_tokens=max_new_tokens, seed=seed
     )
     batches = _collect(greedy, seeds, "eval-greedy", "pass@1", progress, chunk)
@@ -84,7 +72,7 @@ def evaluate(
         "eval_tokens": float(sum(b.cost.tokens_generated for b in batches)),
     }
     if k > 0:
-        sampled = _SliceRollouts(
+        sampled = Rollouts(
             make_env,
             policy,
             tokenizer,

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from .batch import MicroBatch, TokenBatch
 from .config import TrainConfig
 from .diagnostics import sequence_losses
+from .distributed import ranks
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .passes import MetricMeans, clip_and_step, optimizer_steps
@@ -119,7 +119,7 @@ class Learner:
         config = self.config
         result = Update()
         if not len(tokens):
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            if ranks() > 1:
                 # the other ranks would wait for this one's counts and gradients forever
                 raise RuntimeError(
                     "a data-parallel rank got no rows this step: give every rank a share"

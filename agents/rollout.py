@@ -149,9 +149,19 @@ class Rollouts:
         return self._envs[i]
 
     def collect(
-        self, task_seeds: Sequence[int], stream: str = "train", step: int = 0
+        self,
+        task_seeds: Sequence[int],
+        stream: str = "train",
+        step: int = 0,
+        keys: Sequence[int] | None = None,
     ) -> RolloutBatch:
-        """Run every group to the end; ``(stream, step)`` keys the sampling seeds."""
+        """Run every group to the end; ``(stream, step)`` and each group's key (default: its
+        position) key the sampling seeds. A slice of a longer task list (an evaluation in
+        chunks, a data-parallel rank's share) passes the tasks' places in the whole list, and
+        draws what the whole list would."""
+        keys = list(range(len(task_seeds))) if keys is None else list(keys)
+        if len(keys) != len(task_seeds):
+            raise ValueError("keys must have one entry per task seed")
         start = time.perf_counter()
         cost = RolloutCost()
         groups: list[Group] = []
@@ -186,7 +196,9 @@ class Rollouts:
         turn = 0
         while live:
             requests = [
-                GenerationRequest(tuple(ep.token_ids), self._params(ep, stream, step, turn))
+                GenerationRequest(
+                    tuple(ep.token_ids), self._params(ep, stream, step, turn, keys[ep.group])
+                )
                 for ep, *_ in live
             ]
             t0 = time.perf_counter()
@@ -239,7 +251,9 @@ class Rollouts:
                 )
         return RolloutBatch.from_groups(groups, self.k, cost)
 
-    def _params(self, episode: Episode, stream: str, step: int, turn: int) -> SamplingParams:
+    def _params(
+        self, episode: Episode, stream: str, step: int, turn: int, key: int
+    ) -> SamplingParams:
         if episode.kind == "greedy":
             return SamplingParams(
                 max_new_tokens=self.max_new_tokens, greedy=True, stop_token_ids=self.stop
@@ -249,5 +263,5 @@ class Rollouts:
             temperature=self.temperature,
             top_p=self.top_p,
             stop_token_ids=self.stop,
-            seed=request_seed(self.seed, stream, step, episode.group, episode.branch, turn),
+            seed=request_seed(self.seed, stream, step, key, episode.branch, turn),
         )
