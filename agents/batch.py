@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -108,6 +109,23 @@ class RolloutBatch:
             greedy_diverged=grid(diverged, torch.int64, (p,)),
             cost=cost or RolloutCost(),
             **greedy,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the groups and the cost; every tensor is rebuilt from the groups."""
+        return {
+            "k": self.k,
+            "groups": [g.to_dict() for g in self.groups],
+            "cost": None if self.cost is None else asdict(self.cost),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutBatch:
+        cost = data.get("cost")
+        return cls.from_groups(
+            [Group.from_dict(g) for g in data["groups"]],
+            int(data["k"]),
+            None if cost is None else RolloutCost(**cost),
         )
 
     # -- shape and selection ------------------------------------------------------------------

@@ -3,8 +3,11 @@
 ``RUN_DIR/checkpoints/step_NNNNNNN/`` holds the model and tokenizer (``save_pretrained``, so
 the folder is also a model any loader reads), the optimizer (``optimizer.pt``), the
 algorithm's own state (``algorithm.pt``: an estimator's running baseline, a value model) and
-``trainer_state.json`` (step, weight version, torch's RNG state, the run's running totals). A checkpoint is written to a
-``.tmp`` folder and renamed into place, so a crash mid-write leaves no half checkpoint.
+``trainer_state.json`` (step, weight version, torch's RNG state, the run's running totals),
+and in asynchronous mode ``prefetched.json``: the batches generated ahead of the checkpoint
+with older weights (agents/prefetch.py), which the resumed run trains on. A checkpoint is
+written to a ``.tmp`` folder and renamed into place, so a crash mid-write leaves no half
+checkpoint.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Restored:
     algorithm: dict[str, Any]
     torch_rng: torch.Tensor
     counters: dict[str, float]  # running totals of the run (tokens generated, ...)
+    prefetched: dict[str, Any] | None = None  # asynchronous mode's batches generated ahead
 
 
 class Checkpoints:
@@ -50,6 +54,7 @@ class Checkpoints:
         algorithm: dict[str, Any],
         weight_version: int,
         counters: dict[str, float] | None = None,
+        prefetched: dict[str, Any] | None = None,
     ) -> Path:
         path = self.root / f"step_{step:07d}"
         tmp = path.with_name(path.name + ".tmp")
@@ -67,6 +72,8 @@ class Checkpoints:
             "counters": dict(counters or {}),
         }
         (tmp / "trainer_state.json").write_text(json.dumps(state))
+        if prefetched is not None:
+            (tmp / "prefetched.json").write_text(json.dumps(prefetched))
         if path.exists():
             shutil.rmtree(path)
         tmp.rename(path)  # a checkpoint directory is complete or absent
@@ -89,6 +96,7 @@ class Checkpoints:
                 f"checkpoint {path} does not match the model: {missing} {unexpected}"
             )
         state = json.loads((path / "trainer_state.json").read_text())
+        ahead = path / "prefetched.json"
         algorithm_file = path / "algorithm.pt"
         if algorithm_file.exists():
             algorithm = torch.load(algorithm_file, weights_only=True)
@@ -101,4 +109,5 @@ class Checkpoints:
             algorithm=algorithm,
             torch_rng=torch.tensor(state["torch_rng"], dtype=torch.uint8),
             counters=dict(state.get("counters", {})),
+            prefetched=json.loads(ahead.read_text()) if ahead.exists() else None,
         )

@@ -90,6 +90,12 @@ class TrainConfig:
     tis_clamp: float = 2.0
     seq_mask_band: tuple[float, float] = (0.5, 2.0)
     geo_mask_band: tuple[float, float] = (0.99, 1.01)
+    # generation on several engines and asynchronously (agents/engine_pool.py, prefetch.py):
+    # N engines with weights of their own; max_staleness m >= 1 generates step t+1.. while
+    # step t trains, no sample more than m weight versions old (0: synchronous)
+    generation_engines: int = 1
+    max_staleness: int = 0
+    log_episodes: bool | None = None  # RUN_DIR/episodes.jsonl (None: in asynchronous runs)
     eval_every: int = 25
     eval_every_tokens: int | None = None  # also evaluate at each multiple of this many tokens
     eval_at_start: bool = True  # evaluate the starting policy (step 0) too
@@ -100,7 +106,9 @@ class TrainConfig:
     keep_checkpoints: int = 2
     out: str = "runs/train"
     store_url: str | None = None  # SQLite/SQL URL for runs and metrics (None: RUN_DIR/metrics.db)
-    verifier_url: str | None = None  # grade through the HTTP service instead of in-process
+    # grade through the HTTP service instead of in-process; several URLs: replicas, taken in
+    # turn, each failing over to the next
+    verifier_url: str | list[str] | None = None
     device: str = "cpu"
     threads: int | None = None  # torch intra-op threads (None: leave as is)
     tensorboard: bool = False
@@ -191,6 +199,14 @@ class TrainConfig:
                 ),
                 "must be a non-empty increasing list of token counts (or null)",
             ),
+            ("generation_engines", self.generation_engines >= 1, "must be >= 1"),
+            ("max_staleness", self.max_staleness >= 0, "must be >= 0 (0: synchronous)"),
+            (
+                "max_staleness",
+                not self.max_staleness or self.measure_drift is not False,
+                "> 0 corrects stale samples with the drift measurement's importance weights "
+                "(measure_drift must not be false)",
+            ),
             ("eval_every", self.eval_every >= 0, "must be >= 0 (0: never)"),
             (
                 "eval_every_tokens",
@@ -254,6 +270,13 @@ class TrainConfig:
             problems.append(
                 f"backend={self.backend!r} serves a frozen policy (evaluation and rollouts): "
                 "it cannot take the trainer's weights"
+            )
+        options = self.backend_kwargs if isinstance(self.backend_kwargs, dict) else {}
+        own_weights = self.backend not in ("transformers", "hf") or not options.get("share_model", True)  # fmt: skip
+        if (self.generation_engines > 1 or self.max_staleness > 0) and not own_weights:
+            problems.append(
+                "generation_engines > 1 and max_staleness > 0 need engines with weights of their "
+                "own, not the trainer's module: set backend_kwargs.share_model=false"
             )
         if self.backend in BACKENDS:
             fixed = {"model": None, "tokenizer": None, "device": None, "seed": None}

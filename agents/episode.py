@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from forkgym.verifiers import Outcome
 
@@ -41,6 +42,17 @@ class Episode:
     def generated_tokens(self) -> int:
         return sum(self.action_mask)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (floats round-trip exactly through JSON)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "outcome"}
+        data["outcome"] = None if self.outcome is None else self.outcome.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        outcome = data.get("outcome")
+        return cls(**{**data, "outcome": None if outcome is None else Outcome.from_dict(outcome)})
+
 
 @dataclass
 class Group:
@@ -53,3 +65,20 @@ class Group:
     span_s: float = 0.0  # first branch done -> last branch done
     barrier_idle_s: float = 0.0  # summed over branches: time done and waiting for the slowest
     greedy_diverged: bool | None = None  # multi-turn envs with a greedy branch only
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sampled"] = [ep.to_dict() for ep in self.sampled]
+        data["greedy"] = None if self.greedy is None else self.greedy.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Group:
+        greedy = data.get("greedy")
+        return cls(
+            **{
+                **data,
+                "sampled": [Episode.from_dict(ep) for ep in data["sampled"]],
+                "greedy": None if greedy is None else Episode.from_dict(greedy),
+            }
+        )

@@ -12,6 +12,8 @@ parts live in their own modules and the loop only names them:
 :mod:`.algorithms`         rewards -> advantages (an estimator, or a learned critic)
 :mod:`.learner`            losses, micro-batches, optimizer, learning-rate schedule
 :mod:`.backends`           the generating policy and its weight sync
+:mod:`.engine_pool`        several generation engines seen as one
+:mod:`.prefetch`           asynchronous generation, at most ``max_staleness`` versions old
 :mod:`.drift`              engine vs trainer log-probs, and the corrections for them
 :mod:`.checkpoint`         complete-or-absent checkpoints
 =========================  ========================================================
@@ -22,9 +24,11 @@ a run resumed from a checkpoint at step s makes exactly the choices the uninterr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +40,22 @@ import forkgym.envs  # noqa: F401 - registers the environments
 from . import distributed
 from .algorithms import build_algorithm
 from .backends import BACKENDS, build_policy
-from .batch import TokenBatch
+from .batch import RolloutBatch, TokenBatch
 from .checkpoint import Checkpoints
 from .collect import Collector, rollout_metrics
 from .config import TrainConfig
 from .diagnostics import batch_diagnostics
 from .drift import correction_weights, drift_metrics
+from .engine_pool import EnginePool
+from .episode_log import EpisodeLog, episode_records
 from .evaluate import evaluate
 from .learner import Learner, Update
 from .models import load_policy_model
+from .policy import Policy
+from .prefetch import Prefetcher
 from .rollout import Rollouts
 from .runlog import RunLog
+from .sampling import GenerationLedger
 from .shaping import RewardShaping
 
 __all__ = ["Trainer"]
@@ -85,6 +94,10 @@ def _check_data_parallel(config: TrainConfig, ranks: int) -> None:
         )
 
 
+def _episodes(group: Any) -> list[Any]:
+    return group.sampled + ([group.greedy] if group.greedy is not None else [])
+
+
 class _Silent:
     """The run log of ranks other than 0: rank 0 writes the run folder."""
 
@@ -119,14 +132,7 @@ class Trainer:
         options = dict(config.backend_kwargs)
         if config.allow_truncated_sampling and _takes(config.backend, "allow_truncated_sampling"):
             options.setdefault("allow_truncated_sampling", True)  # one opt-in covers both
-        self.policy = build_policy(
-            config.backend,
-            self.model,
-            self.tokenizer,
-            device=config.device,
-            seed=config.seed,
-            **options,
-        )
+        self.policy = self._build_policy(options)
         self.verifier = verifier
         if verifier is None and config.verifier_url:
             from forkgym.services import VerifierClient
@@ -159,16 +165,32 @@ class Trainer:
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
         # a backend generating with its own copy of the weights drifts from the trainer's numerics
         shared = getattr(self.policy, "model", None) is self.model
-        measure = not shared or bool(config.rollout_correction)  # corrections need it
+        if shared and config.max_staleness:
+            raise ValueError(
+                "max_staleness > 0 generates while the learner updates: the backend must "
+                "generate with weights of its own, not the trainer's module"
+            )
+        # stale samples are corrected like engine drift: truncated importance weights unless
+        # the config names its own corrections
+        self.corrections = list(config.rollout_correction) or (["tis"] if config.max_staleness else [])  # fmt: skip
+        measure = not shared or bool(self.corrections)  # corrections need it
         self.measure_drift = measure if config.measure_drift is None else config.measure_drift
         self.step = 0
         self.tokens_generated_total = 0  # every token generated, over the whole run
+        self.prefetch: Prefetcher | None = None  # started by the first asynchronous step
+        self._ahead: dict[int, tuple[RolloutBatch, GenerationLedger]] = {}  # from a checkpoint
         if resume:
             self._resume()
         self.world.barrier()  # every rank has read the checkpoint before rank 0 writes again
+        log_episodes = config.log_episodes
+        if log_episodes is None:
+            log_episodes = config.max_staleness > 0
+        self.episode_log: EpisodeLog | None = None
         if not self.world.main:  # rank 0 alone writes the run folder
             self.log: RunLog | _Silent = _Silent()
             return
+        if log_episodes:
+            self.episode_log = EpisodeLog(self.run_dir, resume_step=self.step if resume else None)
         self.config.save(self.run_dir / "config.yaml")
         self.log = RunLog(
             self.run_dir,
@@ -182,6 +204,20 @@ class Trainer:
             resume_step=self.step if resume else None,
         )
 
+    def _build_policy(self, options: dict[str, Any]) -> Policy:
+        """The configured backend, or a pool of ``generation_engines`` of them."""
+        config = self.config
+
+        def engine(seed: int) -> Policy:
+            return build_policy(
+                config.backend, self.model, self.tokenizer, device=config.device, seed=seed, **options
+            )  # fmt: skip
+
+        if config.generation_engines == 1:
+            return engine(config.seed)
+        engines = [engine(config.seed + i) for i in range(config.generation_engines)]
+        return EnginePool(engines, seed=config.seed)
+
     def make_env(self) -> Any:
         kwargs = dict(self.config.env_kwargs)
         if self.verifier is not None:
@@ -194,9 +230,10 @@ class Trainer:
         """Collect, compute advantages, update, sync; the step's metrics."""
         config = self.config
         t_step = time.perf_counter()
-        batch, ledger = self.collector.collect(self.step)
-        metrics: dict[str, Any] = rollout_metrics(batch, ledger)
+        batch, ledger, collect_metrics = self._collect()
+        metrics: dict[str, Any] = {**rollout_metrics(batch, ledger), **collect_metrics}
         if not batch.prompts:  # dynamic sampling found no signal at all: nothing to learn from
+            self._sync(moves=False)
             return {**metrics, "tokens_trained": 0, "time/step": time.perf_counter() - t_step}
 
         tokens = TokenBatch.from_rollouts(batch, self.tokenizer.pad_token_id)
@@ -226,8 +263,10 @@ class Trainer:
         time_update = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        sync = (self.policy.sync_weights(self.model) or {}) if moves else {}
-        time_sync = time.perf_counter() - t0
+        sync, sync_wait = self._sync(moves)
+        time_sync = time.perf_counter() - t0 - sync_wait
+        if self.prefetch is not None:
+            metrics["async/sync_wait_s"] = sync_wait
         metrics.update({f"sync/{k}": v for k, v in sync.items()})
         metrics["policy_updated"] = int(moves)
 
@@ -269,18 +308,80 @@ class Trainer:
         metrics["tokens_per_s"] = metrics["tokens_generated"] / metrics["time/step"]
         return metrics
 
+    def _collect(self) -> tuple[RolloutBatch, GenerationLedger, dict[str, Any]]:
+        """This step's batch: collected now, or (asynchronous mode) generated ahead, without
+        the groups more than ``max_staleness`` versions old."""
+        if not self.config.max_staleness:
+            batch, ledger = self.collector.collect(self.step)
+            self._log_episodes(batch, None)
+            return batch, ledger, {}
+        if self.prefetch is None:
+            self.prefetch = Prefetcher(
+                self.collector.collect,
+                max_staleness=self.config.max_staleness,
+                first_step=self.step,
+                end_step=self.config.steps,
+                ready=self._ahead,
+            )
+            self._ahead = {}
+        batch, ledger, waited = self.prefetch.get(self.step)
+        version = self.policy.weight_version  # the learner's weights (no sync runs meanwhile)
+        oldest = [min(ep.weight_version for ep in _episodes(g)) for g in batch.groups]
+        staleness = torch.tensor([version - v for v in oldest], dtype=torch.float64)
+        keep = staleness <= self.config.max_staleness
+        self._log_episodes(batch, set(keep.nonzero().flatten().tolist()))
+        metrics = {
+            "async/wait_s": waited,
+            "async/staleness_mean": float(staleness.mean()) if len(oldest) else 0.0,
+            "async/staleness_max": int(staleness.max()) if len(oldest) else 0,
+            "async/dropped_stale_groups": int((~keep).sum()),
+        }
+        if not keep.all():  # never by the schedule; the bound is kept whatever happened
+            batch = batch.select(keep)
+        return batch, ledger, metrics
+
+    def _log_episodes(self, batch: RolloutBatch, kept: set[int] | None) -> None:
+        if self.episode_log is not None:
+            records = episode_records(batch, self.step + 1, self.policy.weight_version, kept)
+            self.episode_log.log(records)
+
+    def _sync(self, moves: bool) -> tuple[dict[str, float], float]:
+        """Push the new weights to the engine (if the policy moved); asynchronously, once the
+        batches that must see the old weights are generated. Returns the push's costs and the
+        seconds spent waiting for those batches."""
+
+        def push() -> dict[str, float]:
+            return dict(self.policy.sync_weights(self.model) or {}) if moves else {}
+
+        if self.prefetch is None:
+            return push(), 0.0
+        return self.prefetch.finished(self.step, push)
+
+    def _engine(self) -> contextlib.AbstractContextManager[Any]:
+        """The generation engine to itself (asynchronous mode shares it with the producer)."""
+        return self.prefetch.engine if self.prefetch is not None else contextlib.nullcontext()
+
+    def close(self) -> None:
+        """Stop asynchronous generation (a batch in progress is finished first)."""
+        if self.prefetch is not None:
+            self.prefetch.close()
+            self.prefetch = None
+        if self.episode_log is not None:
+            self.episode_log.close()
+            self.episode_log = None
+
     def _drift(self, tokens: TokenBatch) -> tuple[TokenBatch, dict[str, float]]:
         """The engine's behaviour log-probs against the trainer's (raw statistics), and the
         batch with the configured corrections applied (agents/drift.py)."""
         config = self.config
         current = self.learner.current_logprobs(tokens)
         metrics = drift_metrics(current, tokens.old_logprobs, tokens.action_mask)
-        if config.rollout_correction:
+        if self.corrections:
             weights, stats = correction_weights(
                 current,
                 tokens.old_logprobs,
                 tokens.action_mask,
-                config.rollout_correction,
+                self.corrections,
                 tis_clamp=config.tis_clamp,
                 seq_band=config.seq_mask_band,
                 geo_band=config.geo_mask_band,
@@ -292,7 +393,12 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics, with the seconds they took as ``time/eval``."""
         t0 = time.perf_counter()
-        out = evaluate(
+        with self._engine():
+            out = self._evaluate()
+        return {**out, "time/eval": time.perf_counter() - t0}
+
+    def _evaluate(self) -> dict[str, float]:
+        return evaluate(
             self.policy,
             self.tokenizer,
             self.make_env,
@@ -302,7 +408,6 @@ class Trainer:
             max_new_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
         )
-        return {**out, "time/eval": time.perf_counter() - t0}
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -347,45 +452,54 @@ class Trainer:
             self.log.log(0, {**first, **held_out()})
         phase("train")
         budget = config.max_tokens_generated
-        while self.step < config.steps and (budget is None or self.tokens_generated_total < budget):
-            metrics = self.train_step()
-            self.step += 1
-            before = self.tokens_generated_total
-            generated = int(metrics.get("tokens_generated") or 0)
-            if self.world.size > 1:  # the budget counts every rank's tokens; the rest is rank 0's
-                generated = int(self.world.total(generated))
-                metrics.update(tokens_generated=generated, data_parallel_ranks=self.world.size)
-            self.tokens_generated_total += generated
-            metrics["tokens_generated_total"] = self.tokens_generated_total
-            final = (
-                self.step == config.steps
-                or (budget is not None and self.tokens_generated_total >= budget)
-                or (
-                    config.time_budget_s is not None
-                    and time.perf_counter() - started >= config.time_budget_s
+        try:
+            while self.step < config.steps and (
+                budget is None or self.tokens_generated_total < budget
+            ):
+                metrics = self.train_step()
+                self.step += 1
+                before = self.tokens_generated_total
+                generated = int(metrics.get("tokens_generated") or 0)
+                if (
+                    self.world.size > 1
+                ):  # the budget counts every rank's tokens; the rest is rank 0's
+                    generated = int(self.world.total(generated))
+                    metrics.update(tokens_generated=generated, data_parallel_ranks=self.world.size)
+                self.tokens_generated_total += generated
+                metrics["tokens_generated_total"] = self.tokens_generated_total
+                final = (
+                    self.step == config.steps
+                    or (budget is not None and self.tokens_generated_total >= budget)
+                    or (
+                        config.time_budget_s is not None
+                        and time.perf_counter() - started >= config.time_budget_s
+                    )
                 )
-            )
-            every = config.eval_every_tokens
-            crossed = every is not None and self.tokens_generated_total // every > before // every
-            by_steps = config.eval_every and self.step % config.eval_every == 0
-            if (config.eval_every or every) and (by_steps or crossed or final):
-                phase("eval")
-                metrics.update(held_out())
-                if not final:
-                    phase("train")
-            final = final or (stop is not None and self.world.main and stop(self.step, metrics))
-            final = self.world.any(final)  # every rank stops at the same step
-            self.log.log(self.step, metrics)
-            last = metrics
-            if final or (config.checkpoint_every and self.step % config.checkpoint_every == 0):
-                self._check_ranks_agree()
-                if self.world.main:
-                    self.save_checkpoint()
-                self.world.barrier()
-            if on_step is not None and self.world.main:
-                on_step(self.step, metrics)
-            if final:
-                break
+                every = config.eval_every_tokens
+                crossed = (
+                    every is not None and self.tokens_generated_total // every > before // every
+                )
+                by_steps = config.eval_every and self.step % config.eval_every == 0
+                if (config.eval_every or every) and (by_steps or crossed or final):
+                    phase("eval")
+                    metrics.update(held_out())
+                    if not final:
+                        phase("train")
+                final = final or (stop is not None and self.world.main and stop(self.step, metrics))
+                final = self.world.any(final)  # every rank stops at the same step
+                self.log.log(self.step, metrics)
+                last = metrics
+                if final or (config.checkpoint_every and self.step % config.checkpoint_every == 0):
+                    self._check_ranks_agree()
+                    if self.world.main:
+                        self.save_checkpoint()
+                    self.world.barrier()
+                if on_step is not None and self.world.main:
+                    on_step(self.step, metrics)
+                if final:
+                    break
+        finally:
+            self.close()  # asynchronous generation stops with the run
         self.log.close()
         return last
 
@@ -413,7 +527,20 @@ class Trainer:
             algorithm=self.algorithm.state_dict(),
             weight_version=self.policy.weight_version,
             counters={"tokens_generated_total": self.tokens_generated_total},
+            prefetched=self._prefetched(),
         )
+
+    def _prefetched(self) -> dict[str, Any] | None:
+        """Asynchronous mode: the batches generated ahead with older weights than the
+        checkpoint's, so that a resumed run trains on exactly what this one will."""
+        if not self.config.max_staleness:
+            return None
+        ahead = self.prefetch.pending() if self.prefetch is not None else self._ahead
+        batches = {
+            str(step): {"batch": batch.to_dict(), "ledger": asdict(ledger)}
+            for step, (batch, ledger) in ahead.items()
+        }
+        return {"max_staleness": self.config.max_staleness, "batches": batches}
 
     def _resume(self) -> None:
         restored = self.checkpoints.load_latest(self.model)
@@ -423,3 +550,11 @@ class Trainer:
         self.tokens_generated_total = int(restored.counters.get("tokens_generated_total", 0))
         torch.set_rng_state(restored.torch_rng)
         self.policy.sync_weights(self.model, version=restored.weight_version)
+        ahead = restored.prefetched
+        # batches generated ahead under another max_staleness would break this run's bound:
+        # they are generated again
+        if ahead is not None and ahead.get("max_staleness") == self.config.max_staleness:
+            self._ahead = {
+                int(step): (RolloutBatch.from_dict(b["batch"]), GenerationLedger(**b["ledger"]))
+                for step, b in ahead["batches"].items()
+            }

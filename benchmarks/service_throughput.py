@@ -44,7 +44,7 @@ from urllib.parse import urlparse
 
 from forkgym.bench import integer_mix, math_mix
 from forkgym.services import VerifierClient
-from forkgym.services.server import READY_PREFIX
+from forkgym.services.server import spawn
 from forkgym.store import upgrade
 from forkgym.verifiers import MathVerifier
 
@@ -53,27 +53,8 @@ SEED = 20261202
 
 def start_server(db: Path | str, workers: int = 2) -> tuple[subprocess.Popen, str]:
     """``forkgym serve`` on a free port; ``db`` is a SQLite file or a database URL."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "forkgym",
-        "serve",
-        "--db",
-        db if isinstance(db, str) else f"sqlite:///{db}",
-        "--port",
-        "0",
-        "--workers",
-        str(workers),
-        "--timeout",
-        "10",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    while True:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if line.startswith(READY_PREFIX):
-            return proc, line[len(READY_PREFIX) :].strip()
-        if not line:
-            raise RuntimeError("the server did not start")
+    url = db if isinstance(db, str) else f"sqlite:///{db}"
+    return spawn(url, "--workers", str(workers), "--timeout", "10")
 
 
 def cpu_seconds(pid: int | None = None) -> float:

@@ -7,14 +7,16 @@ stdout, after start-up, when the service is ready) for scripts and tests to read
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
+from typing import Any
 
 import uvicorn
 
 from .app import create_app
 from .config import ServiceConfig
 
-__all__ = ["READY_PREFIX", "STOPPED_PREFIX", "bind", "serve"]
+__all__ = ["READY_PREFIX", "STOPPED_PREFIX", "bind", "serve", "spawn"]
 
 READY_PREFIX = "forkgym verifier service listening on "
 STOPPED_PREFIX = "forkgym verifier service stopped cleanly: "
@@ -59,3 +61,17 @@ def serve(config: ServiceConfig, *, log_level: str = "warning") -> None:
         )
     )
     server.run(sockets=[sock])
+
+
+def spawn(db_url: str, *args: str, **popen: Any) -> tuple[subprocess.Popen, str]:
+    """``forkgym serve --db db_url --port 0 *args`` in a child process, once it is ready: the
+    process (stdout is a pipe, read up to the ready line) and its URL. ``popen`` goes to
+    :class:`subprocess.Popen` (``env``, ``preexec_fn``, ...)."""
+    cmd = [sys.executable, "-m", "forkgym", "serve", "--db", db_url, "--port", "0", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **popen)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(READY_PREFIX):
+            return proc, line[len(READY_PREFIX) :].strip()
+    proc.wait()
+    raise RuntimeError(f"forkgym serve exited with status {proc.returncode} before it was ready")

@@ -57,6 +57,22 @@ def test_select_head_and_cat_keep_rows_together():
     assert joined.lengths.tolist() == [[2, 3, 4], [1, 2, 3]]
 
 
+def test_a_batch_survives_json_exactly():
+    """What an asynchronous run's checkpoint keeps of the batches generated ahead."""
+    import json
+    from dataclasses import fields
+
+    b = batch()
+    b.groups[1].sampled[0].weight_version = 3
+    b.groups[0].sampled[1].logprobs[-1] = -1 / 3  # a float that must round-trip exactly
+    back = RolloutBatch.from_dict(json.loads(json.dumps(b.to_dict())))
+    assert back.groups == b.groups and back.cost == b.cost and back.k == b.k
+    for f in fields(b):
+        value = getattr(b, f.name)
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(torch.nan_to_num(value), torch.nan_to_num(getattr(back, f.name)))
+
+
 def test_mismatched_groups_are_refused():
     groups = [Group("t", 0, [episode(0, 0, "correct")])]
     with pytest.raises(ValueError, match="expected 2 sampled"):

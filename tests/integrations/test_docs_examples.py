@@ -21,7 +21,7 @@ def _blocks(page: str) -> list[str]:
 
 def test_every_integration_page_has_a_runnable_example():
     pages = sorted(p.stem for p in PAGES.glob("*.md") if p.stem != "index")
-    assert pages == ["openenv", "openrlhf", "prime", "trl", "verl"]
+    assert pages == ["openenv", "openrlhf", "prime", "ray", "trl", "verl"]
     assert all(_blocks(page) for page in pages)
 
 
@@ -99,3 +99,16 @@ def test_the_trl_examples_run(tmp_path, monkeypatch):
         expression, _, expected = last.partition("#")
         exec("\n".join(body), scope)
         assert eval(expression, scope) == ast.literal_eval(expected.strip())
+
+
+@pytest.mark.integrations
+@pytest.mark.slow
+def test_the_ray_example_runs(tmp_path, warm_model_dir, monkeypatch):
+    """A local cluster started and stopped by launch() itself."""
+    pytest.importorskip("ray", reason="needs forkgym[ray]")
+    import tempfile
+
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short paths
+    (block,) = _blocks("ray")
+    block = block.replace("runs/quickstart/warm", str(warm_model_dir))
+    _run(block.replace("runs/ray-demo", str(tmp_path / "ray-demo")))

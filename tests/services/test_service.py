@@ -323,6 +323,19 @@ def test_serve_refuses_a_busy_port(server):
     assert proc.returncode == 1 and "cannot listen" in proc.stderr
 
 
+def test_spawn_returns_a_ready_server_and_reports_one_that_cannot_start(tmp_path, server):
+    from forkgym.services.server import spawn
+
+    proc, url = spawn(f"sqlite:///{tmp_path / 's.db'}", "--workers", "1")
+    try:
+        assert httpx.get(f"{url}/healthz").status_code == 200  # ready when it returns
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    with pytest.raises(RuntimeError, match="before it was ready"):
+        spawn(server.db_url, "--port", server.url.rsplit(":", 1)[1])  # a busy port
+
+
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_errors_or_schema_violations(server):
     import subprocess

@@ -10,6 +10,7 @@ from forkgym import __version__
 
 from .bench import bench
 from .envs import envs_app
+from .launch import launch
 from .service import outcomes, sandbox_app, serve
 from .train import evaluate, model_app, runs_app, sft, train
 from .verify import verify
@@ -56,6 +57,7 @@ app.command()(train)
 app.command("eval")(evaluate)
 app.add_typer(runs_app, name="runs")
 app.command()(bench)
+app.command()(launch)
 
 
 def main() -> None:
