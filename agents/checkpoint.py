@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +56,18 @@ class Checkpoints:
         weight_version: int,
         counters: dict[str, float] | None = None,
         prefetched: dict[str, Any] | None = None,
+        model_state: dict[str, Any] | None = None,
     ) -> Path:
+        """``model_state``: the model's whole weights when the module holds only a shard of them
+        (agents/sharding.py); by default the module's own."""
         path = self.root / f"step_{step:07d}"
         tmp = path.with_name(path.name + ".tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp)
+        model.save_pretrained(
+            tmp, **({"state_dict": model_state} if model_state is not None else {})
+        )
         tokenizer.save_pretrained(tmp)
         torch.save(optimizer, tmp / "optimizer.pt")
         torch.save(algorithm, tmp / "algorithm.pt")
@@ -81,8 +87,12 @@ class Checkpoints:
             shutil.rmtree(old)
         return path
 
-    def load_latest(self, model: torch.nn.Module) -> Restored:
-        """Load the newest checkpoint's weights into ``model``; the rest is returned."""
+    def load_latest(
+        self, model: torch.nn.Module, load: Callable[[dict[str, Any]], Any] | None = None
+    ) -> Restored:
+        """Load the newest checkpoint's weights into ``model`` (with ``load(weights)`` when
+        given: a sharded model; it returns the missing and unexpected keys as
+        ``load_state_dict`` does); the rest is returned."""
         checkpoints = self.all()
         if not checkpoints:
             raise FileNotFoundError(f"no checkpoint to resume from in {self.root}")
@@ -90,7 +100,10 @@ class Checkpoints:
         from safetensors.torch import load_file
 
         weights = load_file(str(path / "model.safetensors"))
-        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if load is None:
+            missing, unexpected = model.load_state_dict(weights, strict=False)
+        else:
+            missing, unexpected = load(weights)
         if unexpected or [m for m in missing if "lm_head" not in m]:  # tied lm_head is not stored
             raise RuntimeError(
                 f"checkpoint {path} does not match the model: {missing} {unexpected}"

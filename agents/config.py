@@ -94,6 +94,9 @@ class TrainConfig:
     # N engines with weights of their own; max_staleness m >= 1 generates step t+1.. while
     # step t trains, no sample more than m weight versions old (0: synchronous)
     generation_engines: int = 1
+    # under torchrun: whole copies of the model on every rank, gradients all-reduced
+    # (replicate), or FSDP2 shards of it (shard; agents/sharding.py)
+    data_parallel: str = "replicate"
     max_staleness: int = 0
     log_episodes: bool | None = None  # RUN_DIR/episodes.jsonl (None: in asynchronous runs)
     eval_every: int = 25
@@ -200,6 +203,17 @@ class TrainConfig:
                 "must be a non-empty increasing list of token counts (or null)",
             ),
             ("generation_engines", self.generation_engines >= 1, "must be >= 1"),
+            (
+                "data_parallel",
+                self.data_parallel in ("replicate", "shard"),
+                "must be replicate (whole copies) or shard (FSDP2)",
+            ),
+            (
+                "data_parallel",
+                self.data_parallel != "shard" or (self.algorithm != "ppo" and self.kl_coef == 0),
+                "shard does not shard a second model yet: a critic (algorithm ppo) or a KL "
+                "reference (kl_coef > 0) needs data_parallel replicate",
+            ),
             ("max_staleness", self.max_staleness >= 0, "must be >= 0 (0: synchronous)"),
             (
                 "max_staleness",
@@ -273,10 +287,11 @@ class TrainConfig:
             )
         options = self.backend_kwargs if isinstance(self.backend_kwargs, dict) else {}
         own_weights = self.backend not in ("transformers", "hf") or not options.get("share_model", True)  # fmt: skip
-        if (self.generation_engines > 1 or self.max_staleness > 0) and not own_weights:
+        if (self.generation_engines > 1 or self.max_staleness > 0 or self.data_parallel == "shard") and not own_weights:  # fmt: skip
             problems.append(
-                "generation_engines > 1 and max_staleness > 0 need engines with weights of their "
-                "own, not the trainer's module: set backend_kwargs.share_model=false"
+                "generation_engines > 1, max_staleness > 0 and data_parallel shard need engines "
+                "with weights of their own, not the trainer's module: set "
+                "backend_kwargs.share_model=false"
             )
         if self.backend in BACKENDS:
             fixed = {"model": None, "tokenizer": None, "device": None, "seed": None}

@@ -31,6 +31,7 @@ from .losses import PolicyLoss, get_loss
 from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .sampling import mask_truncated
 from .schedules import lr_factor_at
+from .sharding import idle_pass, is_sharded, load_optimizer_state, most_passes, optimizer_state
 
 __all__ = ["Learner", "Update"]
 
@@ -70,6 +71,10 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
+        # sharded (FSDP2, agents/sharding.py): every rank must run as many passes as the others
+        self.sharded = is_sharded(model)
+        if self.sharded and config.kl_coef > 0:
+            raise ValueError("a KL reference model is not sharded yet: kl_coef must be 0")
         # the weights training starts from, frozen: KL is measured against them
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
 
@@ -97,11 +102,22 @@ class Learner:
     def current_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
         """``[N, T]`` log-probs of every row under the training model as it is now (before the
         update): what a separate engine's behaviour log-probs are compared with."""
-        return tokens.score(
-            lambda mb: self._logprobs(self.model, mb),
-            size=self.config.micro_batch_size,
-            device=self.config.device,
+        size = self.config.micro_batch_size
+        idle = self._idle_passes(-(-len(tokens) // size))  # before any pass: a collective
+        out = tokens.score(
+            lambda mb: self._logprobs(self.model, mb), size=size, device=self.config.device
         )
+        self._run_idle(idle, backward=False)
+        return out
+
+    def _idle_passes(self, passes: int) -> int:
+        """Sharded: how many passes fewer than the busiest rank this rank will run (agreed
+        before any of them, since the agreement is a collective of its own)."""
+        return most_passes(passes) - passes if self.sharded else 0
+
+    def _run_idle(self, count: int, *, backward: bool) -> None:
+        for _ in range(count):
+            idle_pass(self.model, backward=backward, device=self.config.device)
 
     def _reference(self, mb: MicroBatch) -> torch.Tensor:
         assert self.reference is not None
@@ -146,6 +162,7 @@ class Learner:
             max_new_tokens=self.loss_fn.max_new_tokens,
         )
         for epoch, micros, norm in steps:
+            idle = self._idle_passes(len(micros))
             for mb in micros:
                 t0 = time.perf_counter()
                 logprobs, entropy = token_logprobs_and_entropy(
@@ -169,6 +186,7 @@ class Learner:
                 result.timing["time/forward_and_loss"] += t1 - t0
                 result.timing["time/backward"] += time.perf_counter() - t1
                 means.add(metrics, float(mb.tokens))
+            self._run_idle(idle, backward=True)
             t0 = time.perf_counter()
             grad_norms.append(clip_and_step(self.model.parameters(), self.optimizer, config.grad_clip))  # fmt: skip
             result.timing["time/optimizer"] += time.perf_counter() - t0
@@ -186,7 +204,16 @@ class Learner:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state; sharded, keyed by parameter name and whole on rank 0 only
+        (every rank must call this)."""
+        if self.sharded:
+            return optimizer_state(self.model, self.optimizer)
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        """Either form, whatever wrote it (a sharded run, a replicated one, one process)."""
+        params = state["param_groups"][0]["params"] if state.get("param_groups") else []
+        if self.sharded or (params and isinstance(params[0], str)):
+            load_optimizer_state(self.model, self.optimizer, state)
+        else:
+            self.optimizer.load_state_dict(state)

@@ -77,8 +77,11 @@ def clip_and_step(
     """Sum gradients over data-parallel ranks, clip to ``max_norm``, step, clear; the norm
     before clipping."""
     parameters = [p for p in parameters if p.requires_grad]
-    sync_gradients(parameters)
-    norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
+    sharded = any(hasattr(p, "full_tensor") for p in parameters)  # FSDP2's DTensor weights
+    if not sharded:  # a sharded model's gradients were summed by its reduce-scatter
+        sync_gradients(parameters)
+    total = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm

@@ -57,6 +57,7 @@ from .rollout import Rollouts
 from .runlog import RunLog
 from .sampling import GenerationLedger
 from .shaping import RewardShaping
+from .sharding import full_state_dict, load_full_state_dict, shard_model
 
 __all__ = ["Trainer"]
 
@@ -133,6 +134,10 @@ class Trainer:
         if config.allow_truncated_sampling and _takes(config.backend, "allow_truncated_sampling"):
             options.setdefault("allow_truncated_sampling", True)  # one opt-in covers both
         self.policy = self._build_policy(options)
+        # FSDP2 shards of the training model (the engine keeps its own whole copy)
+        self.sharded = self.world.size > 1 and config.data_parallel == "shard"
+        if self.sharded:
+            shard_model(self.model)
         self.verifier = verifier
         if verifier is None and config.verifier_url:
             from forkgym.services import VerifierClient
@@ -351,7 +356,11 @@ class Trainer:
         seconds spent waiting for those batches."""
 
         def push() -> dict[str, float]:
-            return dict(self.policy.sync_weights(self.model) or {}) if moves else {}
+            if not moves:
+                return {}
+            # sharded: every rank gathers the whole weights for its own engine
+            weights = full_state_dict(self.model) if self.sharded else self.model
+            return dict(self.policy.sync_weights(weights) or {})
 
         if self.prefetch is None:
             return push(), 0.0
@@ -491,8 +500,9 @@ class Trainer:
                 last = metrics
                 if final or (config.checkpoint_every and self.step % config.checkpoint_every == 0):
                     self._check_ranks_agree()
+                    state = self._checkpoint_state()  # every rank: gathers when sharded
                     if self.world.main:
-                        self.save_checkpoint()
+                        self.save_checkpoint(state)
                     self.world.barrier()
                 if on_step is not None and self.world.main:
                     on_step(self.step, metrics)
@@ -508,7 +518,7 @@ class Trainer:
     def _check_ranks_agree(self) -> None:
         """Under data parallelism, every rank's weights must be rank 0's (they take the same
         steps from the same start); checked at each checkpoint, which holds rank 0's only."""
-        if self.world.size == 1:
+        if self.world.size == 1 or self.sharded:  # a sharded model has one copy of each shard
             return
         with torch.no_grad():
             checksum = sum(float(p.double().sum()) for p in self.model.parameters())
@@ -518,12 +528,22 @@ class Trainer:
                 "something the others did not (see agents/distributed.py)"
             )
 
-    def save_checkpoint(self) -> Path:
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint needs from every rank: under sharding, the whole weights and
+        optimizer state are gathered (onto rank 0) by all ranks together."""
+        state: dict[str, Any] = {"optimizer": self.learner.state_dict()}
+        if self.sharded:
+            state["model_state"] = full_state_dict(self.model, rank0_only=True)
+        return state
+
+    def save_checkpoint(self, state: dict[str, Any] | None = None) -> Path:
+        state = self._checkpoint_state() if state is None else state
         return self.checkpoints.save(
             self.step,
             model=self.model,
             tokenizer=self.tokenizer,
-            optimizer=self.learner.state_dict(),
+            optimizer=state["optimizer"],
+            model_state=state.get("model_state"),
             algorithm=self.algorithm.state_dict(),
             weight_version=self.policy.weight_version,
             counters={"tokens_generated_total": self.tokens_generated_total},
@@ -543,7 +563,10 @@ class Trainer:
         return {"max_staleness": self.config.max_staleness, "batches": batches}
 
     def _resume(self) -> None:
-        restored = self.checkpoints.load_latest(self.model)
+        restored = self.checkpoints.load_latest(
+            self.model,
+            load=(lambda w: load_full_state_dict(self.model, w)) if self.sharded else None,
+        )
         self.learner.load_state_dict(restored.optimizer)
         self.algorithm.load_state_dict(restored.algorithm)
         self.step = restored.step

@@ -1,11 +1,12 @@
-"""Learner step time with one and two data-parallel ranks (gloo, CPU), in one run.
+"""Learner step time with one and two data-parallel ranks (gloo, CPU), replicated and
+sharded (FSDP2), in one run.
 
 The update of one training step (forward, loss, backward, gradient all-reduce, optimizer) on
 a fixed batch shaped like the default recipe's: K=8 branches x 16 prompts, 48-token prompts,
 32 generated tokens, PPO-clip with token-mean, micro-batches of 32, on the default tiny model
 (random weights: the time does not depend on them). One rank gets the whole batch and both
-cores (2 torch threads); two ranks get 8 prompts' groups each and one core each (1 thread).
-Generation is not included: it splits across ranks with no communication at all.
+cores (2 torch threads); two ranks get 8 prompts' groups each and one core each (1 thread),
+once with whole copies of the model and once with FSDP2 shards of it. Generation is not included: it splits across ranks with no communication at all.
 
 Run: ``python benchmarks/learner_dp_step.py [--steps N] [--size tiny|small]``.
 """
@@ -28,6 +29,7 @@ from forkgym.agents.config import TrainConfig
 from forkgym.agents.episode import Episode, Group
 from forkgym.agents.learner import Learner
 from forkgym.agents.models import model_config
+from forkgym.agents.sharding import shard_model
 from forkgym.verifiers import Outcome
 
 K, PROMPTS, PROMPT_LEN, NEW_TOKENS = 8, 16, 48, 32
@@ -52,11 +54,13 @@ def batch(groups: list[int]) -> tuple[TokenBatch, torch.Tensor]:
     return tokens, advantages
 
 
-def timed_steps(size: str, groups: list[int], steps: int) -> list[float]:
+def timed_steps(size: str, groups: list[int], steps: int, shard: bool = False) -> list[float]:
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(model_config(size))
+    if shard:
+        shard_model(model)
     config = TrainConfig(loss="ppo_clip", reduction="token_mean", micro_batch_size=32, lr=1e-4)
     learner = Learner(model, config, max_new_tokens=NEW_TOKENS)
     tokens, advantages = batch(groups)
@@ -75,9 +79,10 @@ def timed_steps(size: str, groups: list[int], steps: int) -> list[float]:
 def rank_main(rank: int, world: int, port: int, size: str, steps: int, out: dict) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)  # fmt: skip
-    times = timed_steps(size, list(range(PROMPTS))[rank::world], steps)
-    if rank == 0:
-        out["two"] = times
+    for mode in ("replicate", "shard"):
+        times = timed_steps(size, list(range(PROMPTS))[rank::world], steps, mode == "shard")
+        if rank == 0:
+            out[mode] = times
     dist.destroy_process_group()
 
 
@@ -95,21 +100,22 @@ def main() -> int:
     with mp.Manager() as manager:
         out = manager.dict()
         mp.spawn(rank_main, args=(2, port, args.size, args.steps, out), nprocs=2, join=True)
-        two = list(out["two"])
+        two, sharded = list(out["replicate"]), list(out["shard"])
     m1 = statistics.mean(one)
     print(
         f"learner_dp_step  size={args.size}  batch K={K} x {PROMPTS} prompts, {PROMPT_LEN}+<={NEW_TOKENS} tokens  steps={args.steps}"
     )
     print(
-        f"{'ranks':>5} {'threads/rank':>12} {'s/step mean':>12} {'min':>7} {'max':>7} {'vs 1 rank':>10}"
+        f"{'ranks':>5} {'model':>10} {'threads/rank':>12} {'s/step mean':>12} {'min':>7} {'max':>7} {'vs 1 rank':>10}"
     )
-    for ranks, threads, t in ((1, 2, one), (2, 1, two)):
+    for ranks, how, threads, t in ((1, "whole", 2, one), (2, "replicated", 1, two), (2, "sharded", 1, sharded)):  # fmt: skip
         print(
-            f"{ranks:>5} {threads:>12} {statistics.mean(t):>12.3f} {min(t):>7.3f} {max(t):>7.3f} {m1 / statistics.mean(t):>9.2f}x"
+            f"{ranks:>5} {how:>10} {threads:>12} {statistics.mean(t):>12.3f} {min(t):>7.3f} {max(t):>7.3f} {m1 / statistics.mean(t):>9.2f}x"
         )
     print(
-        f"cpu count: {os.cpu_count()}; the two ranks all-reduce one flat gradient per "
-        "optimizer step over gloo"
+        f"cpu count: {os.cpu_count()}; replicated ranks all-reduce one flat gradient per "
+        "optimizer step over gloo; sharded ranks (FSDP2) all-gather each layer's weights per "
+        "pass and reduce-scatter its gradients"
     )
     return 0
 

@@ -6,7 +6,8 @@ decides, so the figures are the HTTP + database path, not sympy), for each of:
 * one ``forkgym serve`` on SQLite (WAL), the single-machine default;
 * one ``forkgym serve`` on PostgreSQL;
 * two ``forkgym serve`` replicas on the same PostgreSQL database, the client spreading its
-  requests over both (``VerifierClient([url_a, url_b])``).
+  requests over both (``VerifierClient([url_a, url_b])``);
+* one replica with two uvicorn processes on one port (``--processes 2``) on PostgreSQL.
 
 Each with 16 concurrent forkgym clients sending single items, and 4 clients sending batches
 of 64. PostgreSQL is a private server started in a temporary folder
@@ -42,9 +43,11 @@ def fresh_database(admin_url: str, name: str) -> str:
     return admin_url.rsplit("/", 1)[0] + f"/{name}"
 
 
-def run_setup(dbs: list[Path | str], n: int, seed: int) -> dict[str, dict[str, float]]:
+def run_setup(
+    dbs: list[Path | str], n: int, seed: int, processes: int = 1
+) -> dict[str, dict[str, float]]:
     """Start one replica per entry of ``dbs``, measure singles then batches, stop them."""
-    servers = [start_server(db, workers=1) for db in dbs]
+    servers = [start_server(db, workers=1, processes=processes) for db in dbs]
     urls = [url for _, url in servers]
     try:
         return {
@@ -73,6 +76,8 @@ def main() -> int:
         results["1 replica, PostgreSQL"] = run_setup([one], n, SEED + 20)
         two = fresh_database(admin, "two_replicas")
         results["2 replicas, PostgreSQL"] = run_setup([two, two], n, SEED + 30)
+        forked = fresh_database(admin, "two_processes")
+        results["1 x 2 processes, PG"] = run_setup([forked], n, SEED + 40, processes=2)
 
     print(f"replica_throughput  seed={SEED}  integer items={n} per run  (1 grading worker each)")
     header = (

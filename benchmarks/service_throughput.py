@@ -51,10 +51,13 @@ from forkgym.verifiers import MathVerifier
 SEED = 20261202
 
 
-def start_server(db: Path | str, workers: int = 2) -> tuple[subprocess.Popen, str]:
+def start_server(
+    db: Path | str, workers: int = 2, processes: int = 1
+) -> tuple[subprocess.Popen, str]:
     """``forkgym serve`` on a free port; ``db`` is a SQLite file or a database URL."""
     url = db if isinstance(db, str) else f"sqlite:///{db}"
-    return spawn(url, "--workers", str(workers), "--timeout", "10")
+    args = ("--workers", str(workers), "--timeout", "10", "--processes", str(processes))
+    return spawn(url, *args)
 
 
 def cpu_seconds(pid: int | None = None) -> float:

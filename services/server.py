@@ -2,10 +2,23 @@
 
 Binding first lets ``--port 0`` pick a free port and lets the address be printed (one line on
 stdout, after start-up, when the service is ready) for scripts and tests to read.
+
+``processes > 1`` forks that many uvicorn processes after binding, all accepting on the one
+socket; each builds its own app (its own grading pool of ``workers`` processes and its own
+store writer), so HTTP parsing, validation and recording spread over cores the way they do
+over replicas. The parent migrates the store once before forking, prints the ready line when
+every child is ready and the stopped line with their totals, forwards SIGTERM and SIGINT to
+them, and stops them all if one dies (the clients fail over to another replica meanwhile).
+Each child gets SIGTERM if the parent dies, so a ``kill -9`` of the parent takes the replica
+down as a whole, as it does a single process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,12 +45,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: ServiceConfig, *, log_level: str = "warning") -> None:
+def serve(config: ServiceConfig, *, log_level: str = "warning", processes: int = 1) -> None:
     """Serve until SIGINT/SIGTERM; the store is flushed and the pool stopped on the way out.
 
     uvicorn re-raises the signal after its graceful shutdown, so the exit status says which
     signal stopped the service; the last stdout line says the shutdown was clean.
     """
+    if processes < 1:
+        raise ValueError("processes must be >= 1")
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -47,6 +62,10 @@ def serve(config: ServiceConfig, *, log_level: str = "warning") -> None:
         if config.token is None and config.host not in {"127.0.0.1", "::1", "localhost"}:
             print("warning: listening beyond loopback without a token", file=sys.stderr, flush=True)
 
+    if processes > 1:
+        _serve_forked(config, sock, processes, ready, log_level)
+        return
+
     def stopped(recorder: object) -> None:
         writer = recorder.writer  # type: ignore[attr-defined]
         print(
@@ -55,12 +74,93 @@ def serve(config: ServiceConfig, *, log_level: str = "warning") -> None:
         )
 
     app = create_app(config, on_ready=ready, on_stopped=stopped)
-    server = uvicorn.Server(
+    _uvicorn(app, log_level).run(sockets=[sock])
+
+
+def _uvicorn(app: Any, log_level: str) -> uvicorn.Server:
+    return uvicorn.Server(
         uvicorn.Config(
             app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=10
         )
     )
-    server.run(sockets=[sock])
+
+
+def _child(config: ServiceConfig, sock: socket.socket, ready_w: int, stop_w: int, log_level: str) -> None:  # fmt: skip
+    """One forked uvicorn process: reports ready and its totals through the pipes, never
+    returns."""
+    code = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: go when the parent goes
+        if os.getppid() == 1:  # the parent died before the line above
+            os._exit(1)
+
+        def stopped(recorder: object) -> None:
+            writer = recorder.writer  # type: ignore[attr-defined]
+            os.write(stop_w, f"{writer.rows_written} {writer.commits}\n".encode())
+
+        def ready() -> None:
+            os.write(ready_w, b"r")
+            os.close(ready_w)  # the parent reads to the end: every child ready, or one gone
+
+        app = create_app(config, on_ready=ready, on_stopped=stopped)
+        _uvicorn(app, log_level).run(sockets=[sock])
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _serve_forked(
+    config: ServiceConfig, sock: socket.socket, processes: int, ready: Any, log_level: str
+) -> None:
+    from forkgym.store import upgrade
+
+    upgrade(config.db_url)  # once, before the children open the store
+    ready_r, ready_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    children = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            os.close(stop_r)
+            _child(config, sock, ready_w, stop_w, log_level)
+        children.append(pid)
+    os.close(ready_w)
+    os.close(stop_w)
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    with os.fdopen(ready_r, "rb") as pipe:
+        if len(pipe.read(processes)) == processes:  # EOF first: a child died starting
+            ready()
+    crashed = False
+    for _ in children:  # the first to end (a crash, or our signal) ends the others
+        _, status = os.wait()
+        if not received and not crashed:
+            crashed = True
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGTERM)
+        crashed = crashed or not (os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0)
+    clean = not crashed
+    with os.fdopen(stop_r, "r") as pipe:
+        totals = [line.split() for line in pipe.read().splitlines()]
+    if clean and len(totals) == processes:
+        rows, commits = (sum(int(t[i]) for t in totals) for i in (0, 1))
+        print(f"{STOPPED_PREFIX}{rows} outcomes written in {commits} commits", flush=True)
+    if not clean:
+        sys.exit(1)
+    signum = received[0] if received else signal.SIGTERM
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # the exit status names the signal, as with one process
 
 
 def spawn(db_url: str, *args: str, **popen: Any) -> tuple[subprocess.Popen, str]:

@@ -1,12 +1,14 @@
 """One rank of a data-parallel Learner step on the tiny model (gloo, CPU), or the single
 process doing the same steps on the whole batch. Run as a script:
 
-    python learner_dp_worker.py MODEL_DIR OUT_DIR MODE RANK WORLD PORT
+    python learner_dp_worker.py MODEL_DIR OUT_DIR MODE RANK WORLD PORT [PARALLEL]
 
 MODE ``two_steps``: steps 0 and 1 on this rank's share, for every reduction; writes the
 weights after each step (rank 0) and the learner's checkpoint after step 0. MODE
 ``resume``: loads the step-0 checkpoint another world size wrote (OUT_DIR/resume_from) and
 runs step 1 on this rank's share. Every rank gets whole groups: rank r takes groups r::WORLD.
+PARALLEL ``replicate`` (the default: whole copies, gradients all-reduced) or ``shard`` (FSDP2,
+agents/sharding.py); files are named after the world size, and ``-shard`` for the latter.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from forkgym.agents.episode import Episode, Group
 from forkgym.agents.learner import Learner
 from forkgym.agents.models import load_policy_model
 from forkgym.agents.reductions import REDUCTIONS
+from forkgym.agents.sharding import full_state_dict, is_sharded, load_full_state_dict, shard_model
 from forkgym.verifiers import Outcome
 
 K = 4
@@ -53,41 +56,53 @@ def config(reduction: str) -> TrainConfig:
 
 
 def flat(model: torch.nn.Module) -> torch.Tensor:
+    """Every weight, whole, in parameter order (gathered from every rank when sharded)."""
+    if is_sharded(model):
+        state = full_state_dict(model)
+        return torch.cat([state[name].flatten() for name, _ in model.named_parameters()])
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def main(model_dir: str, out: str, mode: str, rank: int, world: int, port: int) -> None:
+def main(
+    model_dir: str, out: str, mode: str, rank: int, world: int, port: int, parallel: str
+) -> None:
     if world > 1:
         import torch.distributed as dist
 
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)  # fmt: skip
     out_dir = Path(out)
     tokens, advantages = share(list(range(len(GROUPS)))[rank::world])
+    tag = f"w{world}" + ("-shard" if parallel == "shard" else "")
     for reduction in REDUCTIONS:
         model = load_policy_model(model_dir)[0]
+        if parallel == "shard" and world > 1:
+            shard_model(model)
         learner = Learner(model, config(reduction), max_new_tokens=8)
         steps = (0, 1)
         if mode == "resume":
             state = torch.load(out_dir / "resume_from" / f"{reduction}.pt", weights_only=False)
-            model.load_state_dict(state["model"])
+            load_full_state_dict(model, state["model"])
             learner.load_state_dict(state["optimizer"])
             steps = (1,)
         for step in steps:
             learner.set_lr(step)
             learner.update(tokens, advantages, step)
+            weights = flat(model)  # every rank takes part in gathering sharded weights
             if rank == 0:
-                torch.save(flat(model), out_dir / f"{mode}-w{world}-{reduction}-step{step}.pt")
-            if step == 0 and rank == 0:
-                torch.save(
-                    {"model": model.state_dict(), "optimizer": learner.state_dict()},
-                    out_dir / f"ckpt-w{world}-{reduction}.pt",
-                )
+                torch.save(weights, out_dir / f"{mode}-{tag}-{reduction}-step{step}.pt")
+            if step == 0:
+                if is_sharded(model):
+                    whole = full_state_dict(model, rank0_only=True)
+                else:
+                    whole = model.state_dict()
+                checkpoint = {"model": whole, "optimizer": learner.state_dict()}
+                if rank == 0:
+                    torch.save(checkpoint, out_dir / f"ckpt-{tag}-{reduction}.pt")
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(
-        sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-    )
+    parallel = sys.argv[7] if len(sys.argv) > 7 else "replicate"
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), parallel)  # fmt: skip

@@ -127,3 +127,16 @@ def test_plugin_files_of_one_name_in_two_folders_both_load(tmp_path):
     finally:
         ESTIMATORS.pop("test_plugin_a", None)
         ESTIMATORS.pop("test_plugin_b", None)
+
+
+def test_sharding_refuses_what_it_does_not_shard_and_needs_an_engine_of_its_own():
+    own = {"backend_kwargs": {"share_model": False}}
+    assert TrainConfig(data_parallel="shard", **own).data_parallel == "shard"
+    with pytest.raises(ConfigError, match="must be replicate"):
+        TrainConfig(data_parallel="zero3", **own)
+    with pytest.raises(ConfigError, match="critic"):
+        TrainConfig(data_parallel="shard", algorithm="ppo", **own)
+    with pytest.raises(ConfigError, match="KL reference"):
+        TrainConfig(data_parallel="shard", kl_coef=0.1, **own)
+    with pytest.raises(ConfigError, match="share_model=false"):
+        TrainConfig(data_parallel="shard")

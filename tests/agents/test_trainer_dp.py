@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -71,3 +72,34 @@ def test_data_parallel_refuses_what_it_would_change(tmp_path, tiny_model_dir):
                     str(tmp_path / "x"), "--estimator", "reinforce_ema", *COMMON)  # fmt: skip
     assert done.returncode != 0
     assert "whole batch" in done.stderr
+
+
+def test_sharded_ranks_train_as_replicated_ones_and_the_run_resumes_on_one(
+    tmp_path, warm_model_dir
+):
+    """data_parallel=shard (FSDP2 over gloo): the engines generate with whole copies pushed
+    from the shards, checkpoints hold whole weights, and the weights after two steps are the
+    replicated run's."""
+    own = ["backend_kwargs.share_model=false"]
+    runs = {}
+    for mode in ("replicate", "shard"):
+        runs[mode] = tmp_path / mode
+        done = torchrun("train", "--model", str(warm_model_dir), "--steps", "2", "--out",
+                        str(runs[mode]), "--estimator", "grpo", f"data_parallel={mode}", *own,
+                        *COMMON)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    a = load_file(runs["replicate"] / "checkpoints" / "step_0000002" / "model.safetensors")
+    b = load_file(runs["shard"] / "checkpoints" / "step_0000002" / "model.safetensors")
+    assert set(a) <= set(b)
+    for key in a:
+        assert torch.allclose(a[key], b[key], rtol=1e-5, atol=2e-5), key
+    lines = [json.loads(line) for line in (runs["shard"] / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    assert lines[2]["sync/bytes"] > 0 and lines[2]["drift/logprob_abs_max"] < 1e-4
+    resumed = subprocess.run(
+        [sys.executable, "-m", "forkgym", "train", "--model", str(warm_model_dir), "--steps", "3",
+         "--out", str(runs["shard"]), "--resume", "--estimator", "grpo", *own, *COMMON],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [json.loads(line) for line in (runs["shard"] / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+    assert [m["step"] for m in lines] == [0, 1, 2, 3]

@@ -41,16 +41,20 @@ def test_two_replicas_start_together_and_record_each_key_once(postgres_url):
     assert dict(rows) == dict.fromkeys(ids, 1)
 
 
-def test_sixteen_clients_over_two_replicas_survive_a_kill_minus_nine(postgres_url):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sixteen_clients_over_two_replicas_survive_a_kill_minus_nine(postgres_url, processes):
     """16 clients x 500 requests spread over two replicas by the client, which retries on the
     other replica; one replica is killed (-9) a third of the way in. Every request is answered,
-    every acknowledged outcome is recorded exactly once, and nothing else is recorded."""
+    every acknowledged outcome is recorded exactly once, and nothing else is recorded. With
+    two uvicorn processes per replica, the kill hits the replica's parent: its processes go
+    with it."""
     import signal
     import threading
 
     from forkgym.services import VerifierClient
 
-    servers = [start_server(postgres_url, "--workers", "1") for _ in range(2)]
+    args = ("--workers", "1", "--processes", str(processes))
+    servers = [start_server(postgres_url, *args) for _ in range(2)]
     acknowledged: dict[str, str] = {}  # idempotency key -> outcome id
     failures: list[str] = []
     lock = threading.Lock()

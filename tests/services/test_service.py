@@ -336,6 +336,51 @@ def test_spawn_returns_a_ready_server_and_reports_one_that_cannot_start(tmp_path
         spawn(server.db_url, "--port", server.url.rsplit(":", 1)[1])  # a busy port
 
 
+def test_several_processes_share_one_port_and_stop_together(tmp_path):
+    """--processes 2: two uvicorn processes accept on one socket, each with its own pool and
+    writer; the replica answers and records every request once, and stops as one."""
+    import concurrent.futures
+    import signal
+
+    from forkgym.services.server import STOPPED_PREFIX
+
+    srv = start_server(tmp_path / "p.db", "--workers", "1", "--processes", "2")
+    try:
+        children = subprocess_children(srv.proc.pid)
+        assert len(children) == 2
+
+        def send(i: int) -> str:
+            body = {"reference": str(i), "response": rf"\boxed{{{i}}}", "idempotency_key": f"p{i}"}
+            return httpx.post(f"{srv.url}/v1/verify", json=body, timeout=30).json()["status"]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(send, range(200))) == {"correct"}
+    finally:
+        srv.stop()
+    assert srv.proc.returncode == -signal.SIGTERM
+    assert srv.proc.stdout.read().startswith(f"{STOPPED_PREFIX}200 outcomes")
+    assert len(rows(srv)) == 200
+    assert not any(_alive(pid) for pid in children)
+
+
+def subprocess_children(pid: int) -> list[int]:
+    import subprocess
+
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    # the grading pools' fork servers are the children's children, not listed here
+    return [int(p) for p in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_errors_or_schema_violations(server):
     import subprocess

@@ -29,6 +29,13 @@ def serve(
     workers: Annotated[
         int | None, typer.Option(help="Verification worker processes (default: CPU count).")
     ] = None,
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="uvicorn processes on the one port, each with its own --workers and store writer.",
+        ),
+    ] = 1,
     timeout: Annotated[
         float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
     ] = 5.0,
@@ -116,7 +123,7 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:
-        run_server(config, log_level=log_level)
+        run_server(config, log_level=log_level, processes=processes)
     except OSError as exc:
         typer.echo(f"error: cannot listen on {host}:{port}: {exc}", err=True)
         raise typer.Exit(code=1) from None
