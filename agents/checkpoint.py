@@ -5,7 +5,7 @@ the folder is also a model any loader reads), the optimizer (``optimizer.pt``), 
 algorithm's own state (``algorithm.pt``: an estimator's running baseline, a value model) and
 ``trainer_state.json`` (step, weight version, torch's RNG state, the run's running totals),
 and in asynchronous mode ``prefetched.json``: the batches generated ahead of the checkpoint
-with older weights (agents/prefetch.py), which the resumed run trains on. A checkpoint is
+with older weights (agents/prefetch.py), every rank's, which the resumed run trains on. A checkpoint is
 written to a ``.tmp`` folder and renamed into place, so a crash mid-write leaves no half
 checkpoint.
 """

@@ -12,6 +12,7 @@ anything.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,6 +51,14 @@ class World:
     def any(self, flag: bool) -> bool:
         """True on every rank when it is True on any (a stop decided by one rank)."""
         return self.total(1.0 if flag else 0.0) > 0
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order, on rank 0; ``[]`` elsewhere."""
+        if self.size == 1:
+            return [value]
+        out: list[Any] | None = [None] * self.size if self.main else None
+        dist.gather_object(value, out, dst=0)
+        return out or []
 
     def agree(self, value: float) -> bool:
         """Whether every rank holds exactly ``value`` (e.g. a checksum of the weights)."""

@@ -534,6 +534,7 @@ class Trainer:
         state: dict[str, Any] = {"optimizer": self.learner.state_dict()}
         if self.sharded:
             state["model_state"] = full_state_dict(self.model, rank0_only=True)
+        state["prefetched"] = self._prefetched()
         return state
 
     def save_checkpoint(self, state: dict[str, Any] | None = None) -> Path:
@@ -547,7 +548,7 @@ class Trainer:
             algorithm=self.algorithm.state_dict(),
             weight_version=self.policy.weight_version,
             counters={"tokens_generated_total": self.tokens_generated_total},
-            prefetched=self._prefetched(),
+            prefetched=state["prefetched"],
         )
 
     def _prefetched(self) -> dict[str, Any] | None:
@@ -556,11 +557,17 @@ class Trainer:
         if not self.config.max_staleness:
             return None
         ahead = self.prefetch.pending() if self.prefetch is not None else self._ahead
-        batches = {
+        mine = {
             str(step): {"batch": batch.to_dict(), "ledger": asdict(ledger)}
             for step, (batch, ledger) in ahead.items()
         }
-        return {"max_staleness": self.config.max_staleness, "batches": batches}
+        # each data-parallel rank generated its own share ahead: rank 0 keeps them all
+        ranks = self.world.gather(mine)
+        return {
+            "max_staleness": self.config.max_staleness,
+            "world_size": self.world.size,
+            "ranks": ranks,
+        }
 
     def _resume(self) -> None:
         restored = self.checkpoints.load_latest(
@@ -572,12 +579,17 @@ class Trainer:
         self.step = restored.step
         self.tokens_generated_total = int(restored.counters.get("tokens_generated_total", 0))
         torch.set_rng_state(restored.torch_rng)
-        self.policy.sync_weights(self.model, version=restored.weight_version)
+        weights = full_state_dict(self.model) if self.sharded else self.model
+        self.policy.sync_weights(weights, version=restored.weight_version)
         ahead = restored.prefetched
-        # batches generated ahead under another max_staleness would break this run's bound:
-        # they are generated again
-        if ahead is not None and ahead.get("max_staleness") == self.config.max_staleness:
+        # batches generated ahead under another max_staleness (or for another number of
+        # ranks' shares) would not be this run's: they are generated again
+        if (
+            ahead is not None
+            and ahead.get("max_staleness") == self.config.max_staleness
+            and ahead.get("world_size") == self.world.size
+        ):
             self._ahead = {
                 int(step): (RolloutBatch.from_dict(b["batch"]), GenerationLedger(**b["ledger"]))
-                for step, b in ahead["batches"].items()
+                for step, b in ahead["ranks"][self.world.rank].items()
             }

@@ -103,3 +103,34 @@ def test_sharded_ranks_train_as_replicated_ones_and_the_run_resumes_on_one(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     lines = [json.loads(line) for line in (runs["shard"] / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
     assert [m["step"] for m in lines] == [0, 1, 2, 3]
+
+
+def test_an_asynchronous_data_parallel_run_resumes_exactly(tmp_path, warm_model_dir):
+    """max_staleness=1 on two ranks: each rank's batches generated ahead are kept in the
+    checkpoint (rank 0 gathers them), so a run stopped after step 2 and resumed on two ranks
+    logs what the uninterrupted run logs."""
+    common = ["--model", str(warm_model_dir), "--steps", "3", "--estimator", "grpo",
+              "max_staleness=1", "backend_kwargs.share_model=false", *COMMON]  # fmt: skip
+    full = tmp_path / "full"
+    done = torchrun("train", "--out", str(full), *common)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def metrics(run):
+        lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        skip = ("time/", "async/wait_s", "async/sync_wait_s", "tokens_per_s", "group_span_s_mean", "barrier_idle_s")  # fmt: skip
+        return [{k: v for k, v in m.items() if not k.startswith(skip)} for m in lines]
+
+    expected = metrics(full)
+    assert expected[2]["async/staleness_max"] == 1
+    # a token budget that the uninterrupted run crossed at step 2 stops the same run there
+    budget = expected[2]["tokens_generated_total"]
+    part = tmp_path / "part"
+    done = torchrun("train", "--out", str(part), *common, f"max_tokens_generated={budget}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads((part / "checkpoints" / "step_0000002" / "prefetched.json").read_text())
+    assert state["world_size"] == 2 and [list(r) for r in state["ranks"]] == [["2"], ["2"]]
+    done = torchrun("train", "--out", str(part), "--resume", *common, f"max_tokens_generated={budget * 10}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = metrics(part)
+    assert [m["step"] for m in got] == [0, 1, 2, 3]
+    assert got[3] == expected[3]
