@@ -79,6 +79,21 @@ def test_a_short_run_on_a_local_cluster(tmp_path, warm_model_dir, local_cluster)
     assert _servers() == []
 
 
+def test_two_learner_ranks_form_one_process_group(tmp_path, warm_model_dir, local_cluster):
+    """Two learner actors join one gloo group (rank 0's node and port) and share the
+    generation worker; rank 0 alone writes the run."""
+    out = tmp_path / "dp"
+    config = TrainConfig(
+        model=str(warm_model_dir), env="forkgym/Arithmetic-v0", env_kwargs=WARM_ENV_KWARGS,
+        estimator="grpo", steps=2, prompts_per_step=2, k=2, max_new_tokens=8, eval_every=0,
+        threads=1, out=str(out), progress=False,
+    )  # fmt: skip
+    cpus = {"learner": 0.5, "generation": 0.5, "verifier": 0.5}
+    last = launch(config, Layout(learners=2, cpus=cpus))
+    assert last["data_parallel_ranks"] == 2 and last["tokens_trained"] > 0
+    assert [m["step"] for m in read_metrics(out)] == [1, 2]
+
+
 def test_the_command_line_starts_and_stops_its_own_cluster(tmp_path, warm_model_dir, ray_tmp):
     out = tmp_path / "cli"
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "OMP_NUM_THREADS": "1"}
