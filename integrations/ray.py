@@ -64,11 +64,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 class VerifierReplica:
     """``forkgym serve`` in a child process; :meth:`url` once it listens."""
 
-    def __init__(self, db_url: str, workers: int, timeout: float, token: str | None) -> None:
+    def __init__(
+        self, db_url: str, workers: int, processes: int, timeout: float, token: str | None
+    ) -> None:
         from forkgym.services.server import spawn
 
         env = {**os.environ, **({"FORKGYM_TOKEN": token} if token else {})}
-        args = ("--workers", str(workers), "--timeout", str(timeout))
+        args = ("--workers", str(workers), "--processes", str(processes), "--timeout", str(timeout))  # fmt: skip
         self.process, self._url = spawn(db_url, *args, env=env, preexec_fn=_die_with_parent)
 
     def url(self) -> str:
@@ -176,7 +178,8 @@ class Layout:
     generation_workers: int = 1
     verifier_replicas: int = 1
     db_url: str | None = None  # the replicas' store (None: SQLite in the run folder; 1 replica)
-    verifier_workers: int = 1  # grading processes per replica
+    verifier_workers: int = 1  # grading processes per uvicorn process
+    verifier_processes: int = 1  # uvicorn processes per replica (`forkgym serve --processes`)
     verifier_timeout: float = 5.0
     cpus: dict[str, float] = field(
         default_factory=lambda: {"learner": 1.0, "generation": 1.0, "verifier": 1.0}
@@ -193,7 +196,7 @@ class Layout:
         )
 
     def check(self) -> None:
-        if min(self.learners, self.generation_workers, self.verifier_replicas) < 1:
+        if min(self.learners, self.generation_workers, self.verifier_replicas, self.verifier_workers, self.verifier_processes) < 1:  # fmt: skip
             raise ValueError("a layout needs at least one learner, generation worker and replica")
         if self.verifier_replicas > 1 and (self.db_url is None or self.db_url.startswith("sqlite")):
             raise ValueError(
@@ -267,6 +270,7 @@ def launch(
             VerifierReplica.options(num_cpus=layout.cpus["verifier"]).remote(
                 db_url,
                 layout.verifier_workers,
+                layout.verifier_processes,
                 layout.verifier_timeout,
                 os.environ.get("FORKGYM_TOKEN"),
             )

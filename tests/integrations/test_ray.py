@@ -81,7 +81,8 @@ def test_a_short_run_on_a_local_cluster(tmp_path, warm_model_dir, local_cluster)
 
 def test_two_learner_ranks_form_one_process_group(tmp_path, warm_model_dir, local_cluster):
     """Two learner actors join one gloo group (rank 0's node and port) and share the
-    generation worker; rank 0 alone writes the run."""
+    generation worker, grading on a replica of two uvicorn processes; rank 0 alone writes
+    the run."""
     out = tmp_path / "dp"
     config = TrainConfig(
         model=str(warm_model_dir), env="forkgym/Arithmetic-v0", env_kwargs=WARM_ENV_KWARGS,
@@ -89,7 +90,7 @@ def test_two_learner_ranks_form_one_process_group(tmp_path, warm_model_dir, loca
         threads=1, out=str(out), progress=False,
     )  # fmt: skip
     cpus = {"learner": 0.5, "generation": 0.5, "verifier": 0.5}
-    last = launch(config, Layout(learners=2, cpus=cpus))
+    last = launch(config, Layout(learners=2, verifier_processes=2, cpus=cpus))
     assert last["data_parallel_ranks"] == 2 and last["tokens_trained"] > 0
     assert [m["step"] for m in read_metrics(out)] == [1, 2]
 

@@ -33,7 +33,10 @@ def launch(
         typer.Option(help="The replicas' store URL (default: SQLite in the run folder)."),
     ] = None,
     verifier_workers: Annotated[
-        int, typer.Option(min=1, help="Grading processes per replica.")
+        int, typer.Option(min=1, help="Grading processes per replica process.")
+    ] = 1,
+    verifier_processes: Annotated[
+        int, typer.Option(min=1, help="uvicorn processes per replica (`serve --processes`).")
     ] = 1,
     gpus_per_learner: Annotated[float, typer.Option(min=0)] = 0.0,
     gpus_per_generation_worker: Annotated[float, typer.Option(min=0)] = 0.0,
@@ -65,6 +68,7 @@ def launch(
         verifier_replicas=verifier_replicas,
         db_url=db,
         verifier_workers=verifier_workers,
+        verifier_processes=verifier_processes,
         gpus_per_learner=gpus_per_learner,
         gpus_per_generation_worker=gpus_per_generation_worker,
     )
