@@ -66,6 +66,11 @@ class Group:
     barrier_idle_s: float = 0.0  # summed over branches: time done and waiting for the slowest
     greedy_diverged: bool | None = None  # multi-turn envs with a greedy branch only
 
+    @property
+    def branches(self) -> list[Episode]:
+        """Every episode of the group: the sampled ones, then the greedy one if any."""
+        return self.sampled + ([self.greedy] if self.greedy is not None else [])
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["sampled"] = [ep.to_dict() for ep in self.sampled]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch import RolloutBatch
+from .runlog import open_for_steps, read_jsonl
 
 __all__ = ["EpisodeLog", "episode_records", "read_episodes"]
 
@@ -26,8 +27,7 @@ def episode_records(
     batch (None: all of them)."""
     out = []
     for g, group in enumerate(batch.groups):
-        branches = group.sampled + ([group.greedy] if group.greedy is not None else [])
-        for ep in branches:
+        for ep in group.branches:
             outcome = ep.outcome
             out.append(
                 {
@@ -48,10 +48,7 @@ def episode_records(
 
 
 def read_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "episodes.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(Path(run_dir) / "episodes.jsonl")
 
 
 class EpisodeLog:
@@ -59,9 +56,7 @@ class EpisodeLog:
 
     def __init__(self, run_dir: str | Path, resume_step: int | None = None) -> None:
         self.path = Path(run_dir) / "episodes.jsonl"
-        kept = [r for r in read_episodes(run_dir) if resume_step is not None and r["step"] <= resume_step]  # fmt: skip
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_for_steps(self.path, resume_step)
 
     def log(self, records: list[dict[str, Any]]) -> None:
         self._file.write("".join(json.dumps(r) + "\n" for r in records))

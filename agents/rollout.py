@@ -241,7 +241,7 @@ class Rollouts:
             live = still
             turn += 1
         for group in groups:
-            branches = group.sampled + ([group.greedy] if group.greedy else [])
+            branches = group.branches
             ends = [done_at[id(ep)] for ep in branches]
             group.span_s = max(ends) - min(ends)
             group.barrier_idle_s = sum(max(ends) - e for e in ends)

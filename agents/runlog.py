@@ -16,7 +16,7 @@ import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sqlalchemy.dialects import sqlite
 
@@ -40,11 +40,24 @@ def _scalars(record: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file (none if it does not exist)."""
+    path = Path(path)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def open_for_steps(path: Path, resume_step: int | None) -> TextIO:
+    """A JSON-lines file of per-step records, opened to append: a fresh run starts it empty,
+    a run resumed from step s keeps the records up to s (the steps after it are redone)."""
+    kept = [r for r in read_jsonl(path) if resume_step is not None and r["step"] <= resume_step]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return path.open("a", encoding="utf-8")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 def _import_wandb() -> Any:
@@ -77,13 +90,7 @@ class RunLog:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.path = self.run_dir / "metrics.jsonl"
-        kept = [
-            m
-            for m in read_metrics(self.run_dir)
-            if resume_step is not None and m["step"] <= resume_step
-        ]
-        self.path.write_text("".join(json.dumps(m) + "\n" for m in kept))
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_for_steps(self.path, resume_step)
         self.store_url = store_url or f"sqlite:///{self.run_dir / 'metrics.db'}"
         upgrade(self.store_url)
         self._engine = make_engine(self.store_url, writer=True)

@@ -95,10 +95,6 @@ def _check_data_parallel(config: TrainConfig, ranks: int) -> None:
         )
 
 
-def _episodes(group: Any) -> list[Any]:
-    return group.sampled + ([group.greedy] if group.greedy is not None else [])
-
-
 class _Silent:
     """The run log of ranks other than 0: rank 0 writes the run folder."""
 
@@ -331,7 +327,7 @@ class Trainer:
             self._ahead = {}
         batch, ledger, waited = self.prefetch.get(self.step)
         version = self.policy.weight_version  # the learner's weights (no sync runs meanwhile)
-        oldest = [min(ep.weight_version for ep in _episodes(g)) for g in batch.groups]
+        oldest = [min(ep.weight_version for ep in g.branches) for g in batch.groups]
         staleness = torch.tensor([version - v for v in oldest], dtype=torch.float64)
         keep = staleness <= self.config.max_staleness
         self._log_episodes(batch, set(keep.nonzero().flatten().tolist()))
@@ -358,13 +354,16 @@ class Trainer:
         def push() -> dict[str, float]:
             if not moves:
                 return {}
-            # sharded: every rank gathers the whole weights for its own engine
-            weights = full_state_dict(self.model) if self.sharded else self.model
-            return dict(self.policy.sync_weights(weights) or {})
+            return dict(self.policy.sync_weights(self._engine_weights()) or {})
 
         if self.prefetch is None:
             return push(), 0.0
         return self.prefetch.finished(self.step, push)
+
+    def _engine_weights(self) -> torch.nn.Module | dict[str, Any]:
+        """What the engine loads: the model, or (sharded) the whole weights every rank
+        gathers from the shards for its own engine."""
+        return full_state_dict(self.model) if self.sharded else self.model
 
     def _engine(self) -> contextlib.AbstractContextManager[Any]:
         """The generation engine to itself (asynchronous mode shares it with the producer)."""
@@ -402,21 +401,18 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics, with the seconds they took as ``time/eval``."""
         t0 = time.perf_counter()
-        with self._engine():
-            out = self._evaluate()
+        with self._engine():  # asynchronous mode: not while the producer generates
+            out = evaluate(
+                self.policy,
+                self.tokenizer,
+                self.make_env,
+                episodes=self.config.eval_episodes,
+                seed=self.config.eval_seed,
+                k=self.config.eval_k,
+                max_new_tokens=self.config.max_new_tokens,
+                temperature=self.config.temperature,
+            )
         return {**out, "time/eval": time.perf_counter() - t0}
-
-    def _evaluate(self) -> dict[str, float]:
-        return evaluate(
-            self.policy,
-            self.tokenizer,
-            self.make_env,
-            episodes=self.config.eval_episodes,
-            seed=self.config.eval_seed,
-            k=self.config.eval_k,
-            max_new_tokens=self.config.max_new_tokens,
-            temperature=self.config.temperature,
-        )
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -469,9 +465,8 @@ class Trainer:
                 self.step += 1
                 before = self.tokens_generated_total
                 generated = int(metrics.get("tokens_generated") or 0)
-                if (
-                    self.world.size > 1
-                ):  # the budget counts every rank's tokens; the rest is rank 0's
+                # the budget counts every rank's tokens; the rest is rank 0's
+                if self.world.size > 1:
                     generated = int(self.world.total(generated))
                     metrics.update(tokens_generated=generated, data_parallel_ranks=self.world.size)
                 self.tokens_generated_total += generated
@@ -579,8 +574,7 @@ class Trainer:
         self.step = restored.step
         self.tokens_generated_total = int(restored.counters.get("tokens_generated_total", 0))
         torch.set_rng_state(restored.torch_rng)
-        weights = full_state_dict(self.model) if self.sharded else self.model
-        self.policy.sync_weights(weights, version=restored.weight_version)
+        self.policy.sync_weights(self._engine_weights(), version=restored.weight_version)
         ahead = restored.prefetched
         # batches generated ahead under another max_staleness (or for another number of
         # ranks' shares) would not be this run's: they are generated again

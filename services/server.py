@@ -130,11 +130,14 @@ def _serve_forked(
     os.close(stop_w)
     received: list[int] = []
 
-    def forward(signum: int, frame: Any) -> None:
-        received.append(signum)
+    def stop_children() -> None:
         for child in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGTERM)
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        stop_children()
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -146,9 +149,7 @@ def _serve_forked(
         _, status = os.wait()
         if not received and not crashed:
             crashed = True
-            for child in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGTERM)
+            stop_children()
         crashed = crashed or not (os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0)
     clean = not crashed
     with os.fdopen(stop_r, "r") as pipe:
