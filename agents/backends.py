@@ -70,6 +70,7 @@ def _transformers(
     seed: int,
     share_model: bool = True,
     max_batch: int = 128,
+    share_prefill: bool = True,
 ) -> Policy:
     from .hf_policy import HFPolicy
 
@@ -77,7 +78,9 @@ def _transformers(
         # a plain copy: marking its parameters requires_grad=False would send linear layers
         # down other kernels (log-probs ~1e-6 off the shared model's)
         model = copy.deepcopy(model)
-    return HFPolicy(model, tokenizer, device=device, seed=seed, max_batch=max_batch)
+    return HFPolicy(
+        model, tokenizer, device=device, seed=seed, max_batch=max_batch, share_prefill=share_prefill
+    )
 
 
 BACKENDS["hf"] = BACKENDS["transformers"]

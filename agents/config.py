@@ -71,6 +71,9 @@ class TrainConfig:
     ppo_epochs: int = 1
     minibatches: int = 1
     micro_batch_size: int = 64
+    # score each distinct prompt once per micro-batch and share its KV cache with the rows
+    # (agents/prefix_sharing.py); equal to the full forward up to float rounding
+    prefix_sharing: bool = True
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     kl_in_reward: bool = False  # subtract the KL penalty from the reward instead of the loss

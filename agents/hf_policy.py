@@ -5,8 +5,9 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
 
 * prompts are left-padded into one batch, with an attention mask and position ids counted
   from each row's first real token (so padding changes nothing but float rounding);
-* one prefill forward (logits of the last position only), then one forward per new token on
-  the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``, the 5.x name;
+* one prefill forward of each distinct prompt (logits of the last position only; a group's
+  K requests share one, and its KV cache is indexed out to their rows), then one forward per
+  new token on the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``, the 5.x name;
   ``past_key_values=`` for models whose ``forward`` predates it);
 * rows that finish (a stop token, or their own ``max_new_tokens``) leave the batch and the KV
   cache at once (``Cache.batch_select_indices``), so short answers stop costing compute;
@@ -34,8 +35,7 @@ nothing to copy and only moves its version; a policy on a separate copy loads th
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,15 +43,9 @@ import torch
 from .logprobs import position_ids_from_mask, token_logprobs
 from .padding import pad_sequences, padding_mask
 from .policy import Generation, GenerationRequest, check_scoring, request_seeds
+from .prefix_sharing import accepts_logits_to_keep, cache_argument
 
 __all__ = ["HFPolicy"]
-
-
-def _forward_kwargs(model: Any) -> tuple[str, bool]:
-    """The name of the KV-cache argument of ``model.forward`` and whether it has ``logits_to_keep``."""
-    params = inspect.signature(model.forward).parameters
-    cache_kw = "cache" if "cache" in params else "past_key_values"
-    return cache_kw, "logits_to_keep" in params
 
 
 # -- the policy ---------------------------------------------------------------------------------
@@ -68,7 +62,8 @@ class HFPolicy:
     :meth:`logprobs` also keeps each forward's ``[rows, width, vocab]`` logits under
     ``max_logit_elements`` (2**26 floats, 256 MB: 65,536 tokens of a 1,024-token vocabulary,
     441 of Qwen's 151,936). ``seed`` seeds the stream that gives unseeded sampled requests
-    their seeds.
+    their seeds. ``share_prefill=False`` prefills every request's prompt on its own (the
+    tokens are the same; it exists to measure what sharing saves).
     """
 
     def __init__(
@@ -79,6 +74,7 @@ class HFPolicy:
         max_batch: int = 128,
         seed: int = 0,
         max_logit_elements: int = 2**26,
+        share_prefill: bool = True,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -93,9 +89,11 @@ class HFPolicy:
         if pad is None:
             pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else 0
+        self.share_prefill = share_prefill
         self._seed_stream = torch.Generator().manual_seed(seed)
         self._version = 0
-        self._cache_kw, self._has_logits_to_keep = _forward_kwargs(model)
+        self._cache_kw = cache_argument(model) or "past_key_values"
+        self._has_logits_to_keep = accepts_logits_to_keep(model)
 
     # -- Policy protocol ------------------------------------------------------------------------
 
@@ -223,7 +221,17 @@ class HFPolicy:
         dev = self.device
         n = len(requests)
         params = [r.params for r in requests]
-        prompts = [r.prompt_ids for r in requests]
+        # a group's K requests share one prompt: prefill each distinct prompt once and give
+        # every row its prompt's cache (the same keys and values the row's own prefill makes)
+        distinct: dict[Hashable, int] = {}  # a prompt's key -> its index in `prompts`
+        prompts: list[tuple[int, ...]] = []
+        row_prompt = []
+        for i, request in enumerate(requests):
+            key = tuple(request.prompt_ids) if self.share_prefill else i
+            if key not in distinct:
+                distinct[key] = len(prompts)
+                prompts.append(request.prompt_ids)
+            row_prompt.append(distinct[key])
         ids = pad_sequences(prompts, value=self.pad_token_id, left=True)
         mask = padding_mask([len(p) for p in prompts], left=True).long()
         pos = position_ids_from_mask(mask)
@@ -239,6 +247,10 @@ class HFPolicy:
 
         cache = self._new_cache()
         logits = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
+        if len(prompts) < n:
+            index = torch.tensor(row_prompt, device=dev)
+            cache.batch_select_indices(index)
+            logits, mask, pos = logits[index], mask[index.cpu()], pos[index.cpu()]
         vocab = logits.shape[-1]
         stop_table: torch.Tensor | None = None
         if any(p.stop_token_ids for p in params):

@@ -29,6 +29,7 @@ from .distributed import ranks
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .passes import MetricMeans, clip_and_step, optimizer_steps
+from .prefix_sharing import plan_prefixes, shared_prefix_logprobs, supports_prefix_sharing
 from .sampling import mask_truncated
 from .schedules import lr_factor_at
 from .sharding import idle_pass, is_sharded, load_optimizer_state, most_passes, optimizer_state
@@ -77,6 +78,11 @@ class Learner:
             raise ValueError("a KL reference model is not sharded yet: kl_coef must be 0")
         # the weights training starts from, frozen: KL is measured against them
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
+        # one forward per distinct prompt (agents/prefix_sharing.py); a sharded model keeps the
+        # full forward, whose one call per pass the idle passes of other ranks match
+        self.share_prefixes = (
+            config.prefix_sharing and not self.sharded and supports_prefix_sharing(model)
+        )
 
     @property
     def reduction(self) -> str:
@@ -125,9 +131,24 @@ class Learner:
 
     def _logprobs(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
         """``model``'s log-probs of a micro-batch at the run's temperature."""
-        return token_logprobs(
-            model, mb.input_ids, mb.attention_mask, temperature=self.config.temperature
+        return self._score(model, mb)[0]
+
+    def _score(
+        self, model: torch.nn.Module, mb: MicroBatch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[B, T]`` log-probs (with gradients when enabled) and, with ``entropy``, the
+        detached entropies; sharing each distinct prompt's forward when configured."""
+        temperature = self.config.temperature
+        if self.share_prefixes:
+            layout = plan_prefixes(mb.input_ids, mb.attention_mask, mb.action_mask)
+            if layout is not None:
+                return shared_prefix_logprobs(model, layout, temperature, entropy=entropy)
+        if not entropy:
+            return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature), None
+        logprobs, ent = token_logprobs_and_entropy(
+            model, mb.input_ids, mb.attention_mask, temperature
         )
+        return logprobs, ent.detach()
 
     def update(self, tokens: TokenBatch, advantages: torch.Tensor, step: int) -> Update:
         """PPO epochs over mini-batches of ``tokens``; one optimizer step (and one normaliser)
@@ -165,9 +186,7 @@ class Learner:
             idle = self._idle_passes(len(micros))
             for mb in micros:
                 t0 = time.perf_counter()
-                logprobs, entropy = token_logprobs_and_entropy(
-                    self.model, mb.input_ids, mb.attention_mask, temperature=config.temperature
-                )
+                logprobs, entropy = self._score(self.model, mb, entropy=True)
                 ref = None
                 if self.reference is not None and not config.kl_in_reward:
                     with torch.no_grad():  # the reference's entropy is never used
@@ -179,7 +198,7 @@ class Learner:
                 if result.sequence_losses is not None and epoch == 0:
                     result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
                 loss, metrics = self.loss_fn.reduce(
-                    terms, bmask, extra, normaliser=norm, entropy=entropy.detach()
+                    terms, bmask, extra, normaliser=norm, entropy=entropy
                 )
                 t1 = time.perf_counter()
                 loss.backward()

@@ -52,7 +52,12 @@ def share(groups: list[int]) -> tuple[TokenBatch, torch.Tensor]:
 
 
 def config(reduction: str) -> TrainConfig:
-    return TrainConfig(reduction=reduction, lr=1e-2, micro_batch_size=3, grad_clip=0.5)
+    # the full forward on every side: a sharded model always uses it, and prefix sharing's
+    # rounding depends on which rows share a micro-batch (Adam at lr 1e-2 magnifies it past
+    # the tolerance); its equality with the full forward is tests/agents/test_prefix_sharing.py
+    return TrainConfig(
+        reduction=reduction, lr=1e-2, micro_batch_size=3, grad_clip=0.5, prefix_sharing=False
+    )
 
 
 def flat(model: torch.nn.Module) -> torch.Tensor:

@@ -126,6 +126,28 @@ def test_same_seed_same_tokens_alone_or_in_any_batch(loaded, prompts):
     assert [g.token_ids for g in small_batches] == [g.token_ids for g in out]
 
 
+def test_a_group_prefills_its_prompt_once_and_samples_what_each_request_would_alone(
+    loaded, prompts
+):
+    policy = HFPolicy(*loaded)
+    group = [GenerationRequest(prompts[2], sampled(seed=s, n=6)) for s in range(4)]
+    group.append(GenerationRequest(prompts[4], sampled(seed=9, n=6)))
+    prefill_rows = []
+    hook = policy.model.model.embed_tokens.register_forward_hook(
+        lambda _m, args, _out: prefill_rows.append(args[0].shape) if args[0].shape[1] > 1 else None
+    )
+    try:
+        out = policy.generate(group)
+    finally:
+        hook.remove()
+    assert [shape[0] for shape in prefill_rows] == [2]  # two distinct prompts, one forward
+    for request, got in zip(group, out, strict=True):
+        alone = policy.generate([request])[0]
+        assert got.token_ids == alone.token_ids
+        assert max(abs(a - b) for a, b in zip(got.logprobs, alone.logprobs, strict=True)) < 1e-5
+    assert len({g.token_ids for g in out[:4]}) > 1  # the seeds, not the shared cache, decide
+
+
 def test_different_seeds_differ_and_unseeded_requests_use_the_policy_stream(loaded, prompts):
     model, tokenizer = loaded
     policy = HFPolicy(model, tokenizer)

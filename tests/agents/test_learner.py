@@ -28,19 +28,25 @@ def model(tiny_model_dir):
     return load_policy_model(tiny_model_dir)[0]
 
 
-def test_the_update_does_not_depend_on_the_micro_batch_split(model):
+# Adam's first step is about lr * sign(gradient): a parameter whose gradient is ~1e-8 moves
+# by up to lr on float rounding alone. The full forward rounds every row alike in any split;
+# with prefix sharing a prompt's gradient sums over the rows in one micro-batch, so its
+# rounding depends on the split (a few dozen of 1M parameters differ by ~2e-5 at lr 1e-2).
+@pytest.mark.parametrize(("prefix_sharing", "atol"), [(False, 2e-6), (True, 1e-4)])
+def test_the_update_does_not_depend_on_the_micro_batch_split(model, prefix_sharing, atol):
     tokens = tokens_of(["correct", "incorrect", "incorrect", "correct"], [3, 5, 2, 6])
     advantages = torch.tensor([1.0, -0.5, -0.5, 1.0])
     weights = []
     for size in (1, 3, 64):
         m = copy.deepcopy(model)
-        learner = Learner(m, TrainConfig(micro_batch_size=size, lr=1e-2), max_new_tokens=8)
+        cfg = TrainConfig(micro_batch_size=size, lr=1e-2, prefix_sharing=prefix_sharing)
+        learner = Learner(m, cfg, max_new_tokens=8)
         update = learner.update(tokens, advantages, step=0)
         assert update.optimizer_steps == 1 and update.tokens_trained == 16
         weights.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
     assert not torch.equal(weights[0], torch.cat([p.flatten() for p in model.parameters()]))
     for w in weights[1:]:
-        torch.testing.assert_close(w, weights[0], rtol=0, atol=2e-6)
+        torch.testing.assert_close(w, weights[0], rtol=0, atol=atol)
 
 
 def test_masked_truncated_responses_leave_the_loss_and_are_counted(model):

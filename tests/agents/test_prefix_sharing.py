@@ -1,0 +1,124 @@
+"""One forward per distinct prompt: the same log-probs, entropies and gradients as the full
+forward, on single- and multi-turn rows, with fewer tokens through the model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from forkgym.agents.logprobs import token_logprobs_and_entropy
+from forkgym.agents.models import load_policy_model
+from forkgym.agents.padding import pad_sequences, padding_mask
+from forkgym.agents.prefix_sharing import (
+    plan_prefixes,
+    shared_prefix_logprobs,
+    supports_prefix_sharing,
+)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_policy_model(tiny_model_dir)[0]
+
+
+def rows_of(spec):
+    """``spec``: (prompt, [(tokens, is_action), ...]) per row -> ids, mask, action mask."""
+    ids, actions = [], []
+    for prompt, parts in spec:
+        row, act = list(prompt), [False] * len(prompt)
+        for tokens, is_action in parts:
+            row += tokens
+            act += [is_action] * len(tokens)
+        ids.append(row)
+        actions.append(act)
+    return (
+        pad_sequences(ids),
+        padding_mask([len(r) for r in ids]).long(),
+        pad_sequences(actions, dtype=torch.bool),
+    )
+
+
+A, B = [5, 6, 7, 8, 9], [11, 12, 13]  # two prompts of different lengths
+SPEC = [
+    (A, [([20, 21, 22], True)]),
+    (A, [([23], True)]),
+    (A, [([24, 25], True), ([30, 31, 32], False), ([26, 27], True)]),  # a tool turn
+    (B, [([40, 41, 42, 43, 44, 45], True)]),
+    (B, [([46, 47], True), ([50], False), ([48], True)]),
+    (A, [([20, 21], False)]),  # actions masked out of the loss: all suffix after one token
+]
+
+
+def test_the_layout_runs_each_distinct_prompt_once():
+    ids, mask, action = rows_of(SPEC)
+    layout = plan_prefixes(ids, mask, action)
+    assert layout is not None
+    # A (rows 0-2), B (rows 3-4), and row 5's first token alone
+    assert layout.distinct == 3
+    assert layout.row_prompt.tolist() == [0, 0, 0, 1, 1, 2]
+    assert layout.prompt_lengths.tolist() == [5, 5, 5, 3, 3, 1]
+    assert layout.prompt_ids[1].tolist() == [0, 0, *B]  # left-padded
+    assert layout.suffix_ids[2].tolist() == [24, 25, 30, 31, 32, 26, 27]
+
+
+def test_nothing_to_score_falls_back():
+    ids, mask, action = rows_of([([5], [])])
+    assert plan_prefixes(ids, mask, action) is None
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_probs_entropies_and_gradients_equal_the_full_forward(model, temperature):
+    ids, mask, action = rows_of(SPEC)
+    real = mask.bool().clone()
+    real[:, 0] = False  # token 0 has no prefix: 0 in the full forward, never scored
+    layout = plan_prefixes(ids, mask, action)
+    scored = torch.zeros_like(real)  # every token after its row's prompt
+    for row, n in enumerate(layout.prompt_lengths.tolist()):
+        scored[row, n:] = real[row, n:]
+
+    full_model, shared_model = copy.deepcopy(model), copy.deepcopy(model)
+    full_lp, full_ent = token_logprobs_and_entropy(full_model, ids, mask, temperature)
+    lp, ent = shared_prefix_logprobs(shared_model, layout, temperature, entropy=True)
+    assert lp.shape == ids.shape and ent is not None and not ent.requires_grad
+    torch.testing.assert_close(lp[scored], full_lp[scored], rtol=0, atol=2e-5)
+    torch.testing.assert_close(ent[scored], full_ent[scored], rtol=0, atol=2e-5)
+    assert not lp[~scored & mask.bool()].any()  # prompts hold 0
+
+    weights = torch.linspace(-1.0, 1.0, int(action.sum()))  # a loss over the action tokens
+    (full_lp[action] * weights).sum().backward()
+    (lp[action] * weights).sum().backward()
+    for (name, p), q in zip(full_model.named_parameters(), shared_model.parameters(), strict=True):
+        scale = float(p.grad.abs().max())  # sums in another order: rounding relative to the largest
+        assert scale > 0, name
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=1e-5 * scale, msg=name)
+
+
+def test_the_model_reads_fewer_tokens(model):
+    """K = 4 copies of one 9-token prompt, 3 tokens each: 9 + 4 * 2 positions, not 4 * 12."""
+    prompt = list(range(5, 14))
+    ids, mask, action = rows_of([(prompt, [([20 + k, 30, 40], True)]) for k in range(4)])
+    seen = []
+    hook = model.model.embed_tokens.register_forward_hook(
+        lambda _m, args, _out: seen.append(args[0].numel())
+    )
+    try:
+        shared_prefix_logprobs(model, plan_prefixes(ids, mask, action))
+    finally:
+        hook.remove()
+    assert seen == [9, 4 * 2]  # the suffix's last token is never fed: it scores nothing
+
+
+def test_a_module_without_a_cache_argument_is_not_shared(model):
+    class Wrapped(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=position_ids, use_cache=use_cache)  # fmt: skip
+
+    assert supports_prefix_sharing(model)
+    assert not supports_prefix_sharing(Wrapped(model))
