@@ -32,6 +32,7 @@ value loss, value-clip fraction, the value model's gradient norm and learning ra
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import torch
 
 from .algorithms import ALGORITHMS, Advantages
-from .batch import RolloutBatch, TokenBatch
+from .batch import MicroBatch, RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import (
     clipped_value_loss,
@@ -50,9 +51,42 @@ from .critic import (
 )
 from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
+from .prefix_sharing import cache_argument, plan_prefixes, scatter_to_rows, suffix_outputs
 from .schedules import lr_factor_at
 
 __all__ = ["PPO", "PPOOptions", "SharedValueHead", "ValueModel"]
+
+
+def _trunk_values(
+    trunk: torch.nn.Module,
+    head: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    action_mask: torch.Tensor | None,
+    *,
+    frozen: bool = False,
+) -> torch.Tensor:
+    """``[B, T]``: ``head`` on the trunk's state before each token (0 for token 0); with
+    ``frozen`` the trunk runs without gradient. Given the action mask (and a trunk that takes
+    a KV cache), each distinct prompt runs once (:mod:`forkgym.agents.prefix_sharing`) and
+    prompt positions hold 0."""
+    grad = torch.no_grad() if frozen else contextlib.nullcontext()
+    layout = None
+    if action_mask is not None and cache_argument(trunk) is not None:
+        layout = plan_prefixes(input_ids, attention_mask, action_mask)
+    if layout is not None:
+        with grad:
+            states = suffix_outputs(trunk, layout, "last_hidden_state")
+        return scatter_to_rows(head(states.float()).squeeze(-1), layout)
+    with grad:
+        hidden = trunk(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        ).last_hidden_state
+    values = head(hidden[:, :-1].float()).squeeze(-1)  # state before token t
+    return torch.nn.functional.pad(values, (1, 0))
 
 
 class ValueModel(torch.nn.Module):
@@ -66,15 +100,14 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
         self.to(next(policy.parameters()).device)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.trunk(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-        ).last_hidden_state
-        values = self.head(hidden[:, :-1].float()).squeeze(-1)  # state before token t
-        return torch.nn.functional.pad(values, (1, 0))
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """With ``action_mask``, prompts are shared and only their positions read 0."""
+        return _trunk_values(self.trunk, self.head, input_ids, attention_mask, action_mask)
 
 
 class SharedValueHead(torch.nn.Module):
@@ -92,20 +125,14 @@ class SharedValueHead(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
         self.to(next(policy.parameters()).device)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            hidden = (
-                self._policy[0]
-                .base_model(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids_from_mask(attention_mask),
-                    use_cache=False,
-                )
-                .last_hidden_state
-            )
-        values = self.head(hidden[:, :-1].float()).squeeze(-1)
-        return torch.nn.functional.pad(values, (1, 0))
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        trunk = self._policy[0].base_model
+        return _trunk_values(trunk, self.head, input_ids, attention_mask, action_mask, frozen=True)
 
 
 VALUE_MODELS = {"separate": ValueModel, "shared": SharedValueHead}
@@ -194,12 +221,16 @@ class PPO:
         except TypeError as exc:  # an unknown option
             return [f"algorithm_kwargs={options!r}: {exc}"]
 
+    def _prompts(self, mb: MicroBatch) -> torch.Tensor | None:
+        """The action mask that lets the value model share prompts (None: the full forward)."""
+        return mb.action_mask if self.config.prefix_sharing else None
+
     # -- advantages -----------------------------------------------------------------------------
 
     @torch.no_grad()
     def _values(self, tokens: TokenBatch) -> torch.Tensor:
         return tokens.score(
-            lambda mb: self.value(mb.input_ids, mb.attention_mask),
+            lambda mb: self.value(mb.input_ids, mb.attention_mask, self._prompts(mb)),
             size=self.config.micro_batch_size,
             device=self.config.device,
         )
@@ -273,7 +304,7 @@ class PPO:
         for _, micros, norm in steps:
             for mb in micros:
                 width = mb.input_ids.size(1)
-                values = self.value(mb.input_ids, mb.attention_mask)
+                values = self.value(mb.input_ids, mb.attention_mask, self._prompts(mb))
                 loss, metrics = clipped_value_loss(
                     values,
                     self._old_values[mb.rows, :width].to(values.device),

@@ -37,7 +37,9 @@ __all__ = [
     "accepts_logits_to_keep",
     "cache_argument",
     "plan_prefixes",
+    "scatter_to_rows",
     "shared_prefix_logprobs",
+    "suffix_outputs",
     "supports_prefix_sharing",
 ]
 
@@ -127,9 +129,11 @@ def plan_prefixes(
     )
 
 
-def _suffix_logits(model: Any, layout: PrefixLayout) -> torch.Tensor:
-    """``[B, Ls, V]``: entry ``j`` scores suffix token ``j`` (the prompt's last logit scores
-    the first)."""
+def suffix_outputs(model: Any, layout: PrefixLayout, field: str = "logits") -> torch.Tensor:
+    """``[B, Ls, ...]``: entry ``j`` is ``model``'s output ``field`` at the position before
+    suffix token ``j`` (the prompt's last position for the first): the logits that score token
+    ``j`` of a causal LM, or (``last_hidden_state`` of a transformer trunk) the state a critic
+    values before action ``j``."""
     from transformers import DynamicCache
 
     cache_kw = cache_argument(model)
@@ -144,11 +148,11 @@ def _suffix_logits(model: Any, layout: PrefixLayout) -> torch.Tensor:
         **{cache_kw: cache},
         **keep,
     )
-    last = prompt_out.logits[:, -1]  # left padding: every prompt ends in the last column
+    last = getattr(prompt_out, field)[:, -1]  # left padding: every prompt ends in the last column
     cache.batch_select_indices(layout.row_prompt)  # repeated indices: a prompt per row
     first = last[layout.row_prompt][:, None]
     ls = layout.suffix_ids.shape[1]
-    if ls == 1:  # one token per row: the prompts' logits are all there is
+    if ls == 1:  # one token per row: the prompts' outputs are all there is
         return first
     # the suffix's last token scores nothing: it is fed up to the one before
     positions = layout.prompt_lengths[:, None] + torch.arange(ls - 1, device=last.device)
@@ -160,7 +164,7 @@ def _suffix_logits(model: Any, layout: PrefixLayout) -> torch.Tensor:
         use_cache=True,
         **{cache_kw: cache},
     )
-    return torch.cat([first, out.logits], dim=1)
+    return torch.cat([first, getattr(out, field)], dim=1)
 
 
 def shared_prefix_logprobs(
@@ -173,7 +177,7 @@ def shared_prefix_logprobs(
     """``[B, T]`` differentiable log-probs (and, with ``entropy``, detached entropies) of the
     suffix tokens, aligned like :func:`forkgym.agents.logprobs.token_logprobs`; 0 on the
     prompts, garbage in the padding."""
-    scores = _suffix_logits(model, layout).float()
+    scores = suffix_outputs(model, layout).float()
     if temperature != 1.0:
         scores = scores / temperature
     lse = torch.logsumexp(scores, dim=-1)
@@ -182,11 +186,11 @@ def shared_prefix_logprobs(
     if entropy:
         with torch.no_grad():
             logp = scores - lse.unsqueeze(-1)
-            ent = _scatter(-(logp.exp() * logp).sum(-1), layout)
-    return _scatter(picked, layout), ent
+            ent = scatter_to_rows(-(logp.exp() * logp).sum(-1), layout)
+    return scatter_to_rows(picked, layout), ent
 
 
-def _scatter(values: torch.Tensor, layout: PrefixLayout) -> torch.Tensor:
+def scatter_to_rows(values: torch.Tensor, layout: PrefixLayout) -> torch.Tensor:
     """Suffix-aligned ``[B, Ls]`` back to the rows' ``[B, T]`` columns."""
     ls = values.shape[1]
     columns = layout.prompt_lengths[:, None] + torch.arange(ls, device=values.device)

@@ -122,3 +122,31 @@ def test_a_module_without_a_cache_argument_is_not_shared(model):
 
     assert supports_prefix_sharing(model)
     assert not supports_prefix_sharing(Wrapped(model))
+
+
+@pytest.mark.parametrize("kind", ["separate", "shared"])
+def test_critic_values_and_gradients_equal_the_full_forward(model, kind):
+    from forkgym.agents.ppo import VALUE_MODELS
+
+    ids, mask, action = rows_of(SPEC)
+    full = VALUE_MODELS[kind](copy.deepcopy(model))
+    torch.nn.init.normal_(full.head.weight, std=0.1)  # a zero head would hide the trunk
+    shared = copy.deepcopy(full)
+    if kind == "shared":
+        shared._policy = full._policy  # the policy's trunk: not the critic's to copy
+    layout = plan_prefixes(ids, mask, action)
+    scored = torch.zeros_like(action)
+    for row, n in enumerate(layout.prompt_lengths.tolist()):
+        scored[row, n : int(mask[row].sum())] = True
+    v_full = full(ids, mask)
+    v_shared = shared(ids, mask, action)
+    torch.testing.assert_close(v_shared[scored], v_full[scored], rtol=0, atol=1e-5)
+    assert all(not v_shared[row, :n].any() for row, n in enumerate(layout.prompt_lengths.tolist()))
+    target = torch.linspace(0.0, 1.0, int(action.sum()))
+    ((v_full[action] - target) ** 2).sum().backward()
+    ((v_shared[action] - target) ** 2).sum().backward()
+    for (name, p), q in zip(full.named_parameters(), shared.parameters(), strict=True):
+        scale = float(p.grad.abs().max())
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=1e-5 * scale, msg=name)
+    if kind == "shared":  # the policy's trunk never gets a gradient from the value loss
+        assert all(p.grad is None for p in full._policy[0].parameters())
