@@ -89,16 +89,24 @@ def _trunk_values(
     return torch.nn.functional.pad(values, (1, 0))
 
 
-class ValueModel(torch.nn.Module):
-    """A causal LM's trunk with a scalar head: ``[B, T]`` values aligned with the tokens."""
+class _ValueHead(torch.nn.Module):
+    """A scalar head (zero at the start) on a trunk: ``[B, T]`` values aligned with the
+    tokens. With ``action_mask``, prompts are shared and only their positions read 0."""
 
-    def __init__(self, policy: torch.nn.Module) -> None:
+    frozen = False  # True: the trunk runs without gradient
+
+    def __init__(self, policy: torch.nn.Module, trunk: torch.nn.Module | None = None) -> None:
         super().__init__()
-        self.trunk = copy.deepcopy(policy.base_model)
+        # the trunk is registered before the head: the parameter order (and so the optimizer
+        # state's) that earlier checkpoints were written in
+        if trunk is not None:
+            self.trunk = trunk
         self.head = torch.nn.Linear(policy.config.hidden_size, 1, bias=True)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-        self.to(next(policy.parameters()).device)
+
+    def _trunk(self) -> torch.nn.Module:
+        raise NotImplementedError
 
     def forward(
         self,
@@ -106,33 +114,38 @@ class ValueModel(torch.nn.Module):
         attention_mask: torch.Tensor,
         action_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """With ``action_mask``, prompts are shared and only their positions read 0."""
-        return _trunk_values(self.trunk, self.head, input_ids, attention_mask, action_mask)
+        return _trunk_values(
+            self._trunk(), self.head, input_ids, attention_mask, action_mask, frozen=self.frozen
+        )
 
 
-class SharedValueHead(torch.nn.Module):
+class ValueModel(_ValueHead):
+    """A copy of a causal LM's trunk with a scalar head."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__(policy, copy.deepcopy(policy.base_model))
+        self.to(next(policy.parameters()).device)
+
+    def _trunk(self) -> torch.nn.Module:
+        return self.trunk
+
+
+class SharedValueHead(_ValueHead):
     """A scalar head on the POLICY's trunk: its only parameters are the head's.
 
     The trunk is read without gradient, so the value loss never moves the policy; the trunk is
     held outside the module's parameters (and state dict), which hold the head alone.
     """
 
+    frozen = True
+
     def __init__(self, policy: torch.nn.Module) -> None:
-        super().__init__()
+        super().__init__(policy)
         self._policy = [policy]  # a list: not registered as a sub-module
-        self.head = torch.nn.Linear(policy.config.hidden_size, 1, bias=True)
-        torch.nn.init.zeros_(self.head.weight)
-        torch.nn.init.zeros_(self.head.bias)
         self.to(next(policy.parameters()).device)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        action_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        trunk = self._policy[0].base_model
-        return _trunk_values(trunk, self.head, input_ids, attention_mask, action_mask, frozen=True)
+    def _trunk(self) -> torch.nn.Module:
+        return self._policy[0].base_model
 
 
 VALUE_MODELS = {"separate": ValueModel, "shared": SharedValueHead}

@@ -9,7 +9,8 @@ policy's own samples: for every action token of every sampled response it sample
 continuations of the prefix before that token (the same policy, temperature and stop tokens
 as the rollout, the remaining token budget), grades each with the environment, and takes the
 fraction correct as ``V``. The sampling noise of that estimate adds ``V(1 - V) / m`` to the
-squared error on average; the unbiased estimate ``p(1 - p) / (m - 1)`` is subtracted.
+squared error on average; its unbiased estimate ``p(1 - p) / (m - 1)`` per prefix is
+subtracted (the rows marked uncorrected keep it).
 
 It also prints what two partial critics reach: one that knows each prompt's true success rate
 and nothing else (the value at the response's first token, held for the whole response), and
@@ -85,7 +86,7 @@ def main() -> int:
     batch: RolloutBatch = runner.collect(task_seeds(args.seed, "train", 0, args.prompts))
     env = gym.make(ENV, **ENV_KWARGS)
 
-    rewards, true_v, noise, prompt_v, group_v = [], [], [], [], []
+    rewards, true_v, noise, prompt_v, prompt_noise, group_v = [], [], [], [], [], []
     group_mean = batch.rewards.nanmean(1)
     requests_made = 0
     for g, group in enumerate(batch.groups):
@@ -120,12 +121,22 @@ def main() -> int:
                 true_v.append(p)
                 noise.append(var / len(scores))
                 prompt_v.append(true_v[len(true_v) - 1 - j])  # the value before the first token
+                prompt_noise.append(noise[len(noise) - 1 - j])
                 group_v.append(float(group_mean[g]))
 
     r = torch.tensor(rewards, dtype=torch.float64)
-    v = torch.tensor(true_v, dtype=torch.float64)
     var_r = float(r.var(unbiased=False))
-    residual = float(((r - v) ** 2).mean()) - float(torch.tensor(noise).mean())
+    if var_r == 0:
+        print("every sampled response got the same reward: no variance to explain")
+        return 1
+
+    def corrected(values: list[float], noises: list[float]) -> float:
+        """Explained variance of the exact values the estimates stand for: the estimates'
+        sampling noise, p(1 - p) / m on average, taken out of the squared error."""
+        v = torch.tensor(values, dtype=torch.float64)
+        residual = float(((r - v) ** 2).mean()) - float(torch.tensor(noises).mean())
+        return 1 - residual / var_r
+
     print(
         f"critic_ceiling  {ENV} (2-digit sums, worked answers), {args.prompts} prompts x K={args.k}, "
         f"{args.m} continuations per prefix, {requests_made:,} continuations, "
@@ -136,11 +147,14 @@ def main() -> int:
           f"action tokens {len(rewards):,}, Var(R) over tokens {var_r:.4f}")  # fmt: skip
     print(f"{'value':58} {'explained variance':>18}")
     rows = (
-        ("the true value P(correct | prefix) (noise-corrected)", 1 - residual / var_r),
-        ("the true value, uncorrected (m continuations)", explained_variance(r, v)),
+        ("the true value P(correct | prefix)", corrected(true_v, noise)),
+        (
+            "  the same, uncorrected (m continuations' mean)",
+            explained_variance(r, torch.tensor(true_v, dtype=torch.float64)),
+        ),
         (
             "each prompt's true success rate, held for the response",
-            explained_variance(r, torch.tensor(prompt_v, dtype=torch.float64)),
+            corrected(prompt_v, prompt_noise),
         ),
         (
             "the response's group mean (what K samples give for free)",

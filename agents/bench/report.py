@@ -235,16 +235,21 @@ def _machine() -> str:
     )
 
 
-def write_report(out: str | Path, preset: Preset, *, log: Any = print) -> Path:
+def write_report(
+    out: str | Path, preset: Preset, *, log: Any = print, command: str | None = None
+) -> Path:
+    """``report.md`` and the plots from the finished runs in ``out``; ``command``: the command
+    line to print (default: the preset's plain one)."""
     from .plots import plot_regime
 
     out = Path(out)
+    command = command or f"forkgym bench --preset {preset.name} --out {out}"
     found = _collect(out, preset)
     lines = [
         f"# forkgym bench: preset `{preset.name}`",
         "",
         f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {_machine()}.",
-        f"Command: `forkgym bench --preset {preset.name} --out {out}`. Held-out accuracy is greedy "
+        f"Command: `{command}`. Held-out accuracy is greedy "
         f"pass@1 on {preset.eval_episodes} tasks no training step draws; intervals are 95% "
         "Student-t intervals of the mean over seeds. Every method of a regime starts from the same "
         "warm start and spends the same budget of generated tokens (every token: greedy branches, "

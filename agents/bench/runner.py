@@ -227,9 +227,11 @@ def run_bench(
     methods: list[str] | None = None,
     seeds: list[int] | None = None,
     log: Log = print,
+    command: str | None = None,
 ) -> Path:
     """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
-    report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it."""
+    report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it;
+    ``command`` is what the report says produced it."""
     from transformers.utils import logging as hf_logging
 
     from ..models import init_model
@@ -287,7 +289,7 @@ def run_bench(
                 else:
                     run_rl(regime, preset, method, seed, warm["model"], folder, log)
                 _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0})  # fmt: skip
-    return write_report(out, preset, log=log)
+    return write_report(out, preset, log=log, command=command)
 
 
 def _max_turns(regime: Regime) -> int:

@@ -43,6 +43,20 @@ def test_the_smoke_preset_runs_and_passes_its_check(tmp_path):
     assert result.exit_code == 0, result.output
     assert "complete and within budget" in result.output
     assert (tmp_path / "report.md").exists()
+    # the report names the command that wrote it, narrowing options included
+    again = [
+        "bench",
+        "--preset",
+        "smoke",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(tmp_path),
+        "--report-only",
+    ]
+    assert runner.invoke(app, again).exit_code == 0
+    written = (tmp_path / "report.md").read_text()
+    assert f"Command: `forkgym bench --preset smoke --seeds 0,1 --out {tmp_path}`" in written
 
 
 def test_regimes_and_budget_narrow_a_preset():

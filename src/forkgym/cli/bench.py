@@ -85,13 +85,19 @@ def bench(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--regimes") from None
     folder = out or Path(f"runs/bench-{preset}")
+    given = {"--methods": methods, "--regimes": regimes, "--budget": budget, "--seeds": seeds}
+    command = " ".join(
+        ["forkgym bench", f"--preset {preset}"]
+        + [f"{flag} {value}" for flag, value in given.items() if value is not None]
+        + [f"--out {folder}"]
+    )
     if report_only:
         if not (folder / "bench.json").exists():
             raise typer.BadParameter(f"{folder} holds no benchmark", param_hint="--out")
-        path = write_report(folder, chosen_preset)
+        path = write_report(folder, chosen_preset, command=command)
     else:
         try:
-            path = run_bench(chosen_preset, folder, methods=chosen)
+            path = run_bench(chosen_preset, folder, methods=chosen, command=command)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     typer.echo(f"wrote {path}")
