@@ -18,7 +18,8 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
 seeded with the request's seed (or, for a request without one, with a seed drawn from the
 policy's own generator, ``HFPolicy(seed=...)``, in request order; torch's global RNG is never
 used). The ``k``-th token of a row uses exactly the ``k``-th block of ``V`` uniforms of its
-stream, whatever else is in the batch and however long the other rows run. So the same
+stream, whatever else is in the batch and however long the other rows run (they are drawn
+several tokens' worth per call, which gives the same numbers). So the same
 request with the same seed and weights gives the same tokens alone or in any batch, up to float
 rounding of the logits under different padding (which can only matter when two perturbed
 scores tie to ~1e-6). Greedy rows use no randomness.
@@ -240,9 +241,7 @@ class HFPolicy:
         temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
         top_p = torch.tensor([1.0 if p.greedy else p.top_p for p in params], device=dev)
         max_new = torch.tensor([p.max_new_tokens for p in params], device=dev)
-        generators = [
-            None if s is None else torch.Generator().manual_seed(s) for s in seeds
-        ]  # CPU streams: the same noise on any device
+        noise = _Noise(seeds, self._vocab_size())
         steps = max(p.max_new_tokens for p in params)
 
         cache = self._new_cache()
@@ -275,7 +274,7 @@ class HFPolicy:
                 temps[alive],
                 top_p[alive] if need_top_p else None,
                 greedy[alive],
-                [generators[i] for i in alive_list],
+                noise.uniforms(alive_list, step),
             )
             tokens[alive, step] = token
             logps[alive, step] = logp
@@ -316,14 +315,15 @@ class HFPolicy:
         temps: torch.Tensor,
         top_p: torch.Tensor | None,
         greedy: torch.Tensor,
-        generators: list[torch.Generator | None],
+        uniforms: tuple[list[int], torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next token and its log-prob (full vocabulary, at the row's temperature) per row."""
+        """Next token and its log-prob (full vocabulary, at the row's temperature) per row;
+        ``uniforms``: the sampled rows (positions in the batch) and their ``[rows, V]`` noise."""
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)
-        sampled_rows = [r for r, g in enumerate(generators) if g is not None]
-        if not sampled_rows:
+        if uniforms is None:
             token = logits.argmax(-1)
         else:
+            sampled_rows, u = uniforms
             scores = logp
             if top_p is not None:  # the smallest prefix of the sorted vocabulary with mass >= p
                 sorted_logp, order = logp.sort(dim=-1, descending=True)
@@ -331,11 +331,38 @@ class HFPolicy:
                 outside = (probs.cumsum(-1) - probs) >= top_p[:, None]
                 outside &= (top_p < 1.0)[:, None]
                 scores = logp.masked_fill(outside.scatter(1, order, outside), float("-inf"))
-            vocab = logits.shape[-1]
-            uniforms = torch.stack(
-                [torch.rand(vocab, generator=generators[r]) for r in sampled_rows]
-            ).to(logits.device)
-            gumbel = torch.zeros_like(logp)
-            gumbel[sampled_rows] = -torch.log(-torch.log(uniforms))
+            gumbel = -torch.log(-torch.log(u.to(logits.device)))
+            if len(sampled_rows) < logits.shape[0]:
+                gumbel = torch.zeros_like(logp).index_copy_(
+                    0, torch.tensor(sampled_rows, device=logits.device), gumbel
+                )
             token = torch.where(greedy, logits.argmax(-1), (scores + gumbel).argmax(-1))
         return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
+class _Noise:
+    """Each sampled row's uniforms from its own CPU ``torch.Generator`` (the same noise on any
+    device), drawn ``block`` tokens' worth at a time: one call per row per block instead of one
+    per token. Drawing ``n * V`` at once gives the same numbers as ``n`` draws of ``V``, so
+    token ``k`` of a row still uses the ``k``-th block of ``V`` uniforms of its stream."""
+
+    def __init__(
+        self, seeds: Sequence[int | None], vocab: int, block: int = 8, max_floats: int = 2**22
+    ) -> None:
+        self.generators = [None if s is None else torch.Generator().manual_seed(s) for s in seeds]
+        # at most `max_floats` buffered (16 MB): a 152k vocabulary draws one token at a time
+        self.block = max(1, min(block, max_floats // max(len(seeds) * vocab, 1)))
+        self.vocab = vocab
+        self.buffer = torch.empty((len(seeds), self.block, vocab))
+
+    def uniforms(self, rows: list[int], step: int) -> tuple[list[int], torch.Tensor] | None:
+        """For the live ``rows`` (original indices) at token ``step``: which positions in the
+        batch sample, and their ``[sampled, V]`` uniforms (None: every row is greedy)."""
+        positions = [i for i, r in enumerate(rows) if self.generators[r] is not None]
+        if not positions:
+            return None
+        sampled = [rows[i] for i in positions]
+        if step % self.block == 0:  # live rows now were live at every earlier step
+            fresh = [torch.rand(self.block * self.vocab, generator=self.generators[r]) for r in sampled]  # fmt: skip
+            self.buffer[sampled] = torch.stack(fresh).view(len(sampled), self.block, self.vocab)
+        return positions, self.buffer[sampled, step % self.block]

@@ -399,3 +399,23 @@ def test_timings_tiny_model(loaded, capsys):
             f"{t_gen:.3f} s ({64 * 16 / t_gen:,.0f} new tokens/s); forward+backward 64 x 40 "
             f"tokens {t_train:.3f} s"
         )
+
+
+@pytest.mark.parametrize("block", [1, 3, 8])
+def test_noise_drawn_in_blocks_is_the_per_token_stream(block):
+    """Token k of a row uses the k-th V uniforms of its seed's stream, however many tokens'
+    worth are drawn at once and whichever rows are still live."""
+    from forkgym.agents.hf_policy import _Noise
+
+    vocab, seeds = 16, [11, None, 12]
+    noise = _Noise(seeds, vocab, block=block)
+    streams = {s: torch.Generator().manual_seed(s) for s in (11, 12)}
+    live = [0, 1, 2]
+    for step in range(7):
+        if step == 4:
+            live = [0, 1]  # row 2 finished
+        positions, u = noise.uniforms(live, step)
+        assert positions == [i for i, r in enumerate(live) if seeds[r] is not None]
+        for row, got in zip([live[i] for i in positions], u, strict=True):
+            assert torch.equal(got, torch.rand(vocab, generator=streams[seeds[row]]))
+    assert _Noise([None, None], vocab).uniforms([0, 1], 0) is None

@@ -150,3 +150,38 @@ def test_critic_values_and_gradients_equal_the_full_forward(model, kind):
         torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=1e-5 * scale, msg=name)
     if kind == "shared":  # the policy's trunk never gets a gradient from the value loss
         assert all(p.grad is None for p in full._policy[0].parameters())
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral", "gpt2"])
+def test_other_architectures_share_prompts_exactly(arch):
+    """Hub models run by name (Qwen2.5, Mistral, GPT-2 style): tiny ones of each architecture,
+    built from a config here, give the full forward's log-probs and gradients."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    small = {"vocab_size": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if arch == "gpt2":
+        small.update(n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    else:
+        small.update(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    torch.manual_seed(0)
+    # eval: GPT-2's dropout would draw other masks on each side
+    full_model = AutoModelForCausalLM.from_config(AutoConfig.for_model(arch, **small)).eval()
+    shared_model = copy.deepcopy(full_model)
+    assert supports_prefix_sharing(shared_model)
+    ids, mask, action = rows_of(
+        [([5, 6, 7, 8], [([9, 10, 11], True)]), ([5, 6, 7, 8], [([12], True), ([13], False), ([14], True)]),
+         ([3, 4], [([15, 16], True)])]
+    )  # fmt: skip
+    layout = plan_prefixes(ids, mask, action)
+    full_lp, _ = token_logprobs_and_entropy(full_model, ids, mask)
+    lp, _ = shared_prefix_logprobs(shared_model, layout)
+    torch.testing.assert_close(lp[action], full_lp[action], rtol=0, atol=2e-5)
+    full_lp[action].sum().backward()
+    lp[action].sum().backward()
+    for (name, p), q in zip(full_model.named_parameters(), shared_model.parameters(), strict=True):
+        if p.grad is None:
+            assert q.grad is None, name
+            continue
+        scale = float(p.grad.abs().max()) or 1.0
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=1e-5 * scale, msg=name)
