@@ -7,8 +7,8 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
   from each row's first real token (so padding changes nothing but float rounding);
 * one prefill forward of each distinct prompt (logits of the last position only; a group's
   K requests share one, and its KV cache is indexed out to their rows), then one forward per
-  new token on the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``, the 5.x name;
-  ``past_key_values=`` for models whose ``forward`` predates it);
+  new token on the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``,
+  the 5.x name; ``past_key_values=`` for models whose ``forward`` predates it);
 * rows that finish (a stop token, or their own ``max_new_tokens``) leave the batch and the KV
   cache at once (``Cache.batch_select_indices``), so short answers stop costing compute;
 * sampling is vectorised over rows: log-softmax of ``logits / T`` per row, the top-p nucleus

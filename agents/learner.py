@@ -29,7 +29,12 @@ from .distributed import ranks
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .passes import MetricMeans, clip_and_step, optimizer_steps
-from .prefix_sharing import plan_prefixes, shared_prefix_logprobs, supports_prefix_sharing
+from .prefix_sharing import (
+    PrefixLayout,
+    plan_prefixes,
+    shared_prefix_logprobs,
+    supports_prefix_sharing,
+)
 from .sampling import mask_truncated
 from .schedules import lr_factor_at
 from .sharding import idle_pass, is_sharded, load_optimizer_state, most_passes, optimizer_state
@@ -101,7 +106,9 @@ class Learner:
         if self.reference is None:
             raise RuntimeError("no reference model: kl_coef is 0")
         return tokens.score(
-            self._reference, size=self.config.micro_batch_size, device=self.config.device
+            lambda mb: self._reference(mb, self._layout(mb)),
+            size=self.config.micro_batch_size,
+            device=self.config.device,
         )
 
     @torch.no_grad()
@@ -125,24 +132,33 @@ class Learner:
         for _ in range(count):
             idle_pass(self.model, backward=backward, device=self.config.device)
 
-    def _reference(self, mb: MicroBatch) -> torch.Tensor:
+    def _reference(self, mb: MicroBatch, layout: PrefixLayout | None) -> torch.Tensor:
         assert self.reference is not None
-        return self._logprobs(self.reference, mb)
+        return self._score(self.reference, mb, layout)[0]
 
     def _logprobs(self, model: torch.nn.Module, mb: MicroBatch) -> torch.Tensor:
         """``model``'s log-probs of a micro-batch at the run's temperature."""
-        return self._score(model, mb)[0]
+        return self._score(model, mb, self._layout(mb))[0]
+
+    def _layout(self, mb: MicroBatch) -> PrefixLayout | None:
+        """Where the micro-batch's distinct prompts sit (None: the full forward)."""
+        if not self.share_prefixes:
+            return None
+        return plan_prefixes(mb.input_ids, mb.attention_mask, mb.action_mask)
 
     def _score(
-        self, model: torch.nn.Module, mb: MicroBatch, *, entropy: bool = False
+        self,
+        model: torch.nn.Module,
+        mb: MicroBatch,
+        layout: PrefixLayout | None,
+        *,
+        entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[B, T]`` log-probs (with gradients when enabled) and, with ``entropy``, the
-        detached entropies; sharing each distinct prompt's forward when configured."""
+        detached entropies; each distinct prompt's forward shared when a layout is given."""
         temperature = self.config.temperature
-        if self.share_prefixes:
-            layout = plan_prefixes(mb.input_ids, mb.attention_mask, mb.action_mask)
-            if layout is not None:
-                return shared_prefix_logprobs(model, layout, temperature, entropy=entropy)
+        if layout is not None:
+            return shared_prefix_logprobs(model, layout, temperature, entropy=entropy)
         if not entropy:
             return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature), None
         logprobs, ent = token_logprobs_and_entropy(
@@ -186,11 +202,12 @@ class Learner:
             idle = self._idle_passes(len(micros))
             for mb in micros:
                 t0 = time.perf_counter()
-                logprobs, entropy = self._score(self.model, mb, entropy=True)
+                layout = self._layout(mb)  # the policy and the reference read the same rows
+                logprobs, entropy = self._score(self.model, mb, layout, entropy=True)
                 ref = None
                 if self.reference is not None and not config.kl_in_reward:
                     with torch.no_grad():  # the reference's entropy is never used
-                        ref = self._reference(mb)
+                        ref = self._reference(mb, layout)
                 terms, bmask, extra = self.loss_fn.terms(
                     logprobs, mb.old_logprobs, mb.advantages, mb.action_mask,
                     ref_logprobs=ref, is_weights=mb.is_weights,
