@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -41,6 +42,38 @@ def _bin(name: str) -> Path:
 def _run(*cmd: object) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     subprocess.run([str(c) for c in cmd], cwd=ROOT, check=True)
+
+
+# What the project needs from the operating system, by command: the Debian package that
+# provides it. bubblewrap is the Python tool's sandbox (forkgym/PythonTool-v0 refuses to run
+# model code without it, and its red-team tests need it); nothing else needs it.
+SYSTEM_NEEDS = {"bwrap": "bubblewrap"}
+
+
+def ensure_system() -> None:
+    """Install what the system lacks (as root, with apt-get), or stop at once with the one
+    command to run. ``FORKGYM_SKIP_SYSTEM=1`` goes on without it."""
+    missing = sorted({pkg for cmd, pkg in SYSTEM_NEEDS.items() if shutil.which(cmd) is None})
+    if not missing or os.environ.get("FORKGYM_SKIP_SYSTEM"):
+        return
+    apt = shutil.which("apt-get")
+    if apt and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = [apt, "install", "-y", "-q", *missing]
+        print("+", " ".join(install), flush=True)
+        if subprocess.run(install, env=env).returncode != 0:  # stale package lists
+            _run(apt, "update", "-q")
+            subprocess.run(install, env=env, check=True)
+        return
+    how = (
+        f"sudo apt-get install -y {' '.join(missing)}"
+        if apt
+        else (f"install {' '.join(missing)} with your system's package manager")
+    )
+    sys.exit(
+        f"forkgym needs {', '.join(missing)} (the Python tool's sandbox): run `{how}`\n"
+        "(or set FORKGYM_SKIP_SYSTEM=1 to go on without it: forkgym/PythonTool-v0 will refuse to start)"
+    )
 
 
 def ensure_env(extras: str = "") -> Path:
@@ -152,6 +185,8 @@ def main_job(python: Path, extra: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("help", [])
+    if command in {"run", "test", "bench", "bench-smoke", "test-vllm", "test-integrations"}:
+        ensure_system()
     if command == "run":
         return main_job(ensure_env(), rest)
     if command == "test":

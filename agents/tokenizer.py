@@ -299,6 +299,13 @@ _VARIANTS: dict[str, list[tuple[dict[str, Any], str]]] = {
     ],
 }
 
+# The corpus runs only the environments' own gold code (and tool calls that fail to parse,
+# which run nothing), never a model's: building a tokenizer or a model needs no sandbox, so a
+# machine without bubblewrap can still do it.
+GOLD_RUN_KWARGS: dict[str, dict[str, Any]] = {
+    "forkgym/PythonTool-v0": {"isolation": "unsafe-local"}
+}
+
 
 def _wrong_actions(env: Any, kind: str, seed: int) -> list[str]:
     if kind == "feedback":  # an incorrect answer, then one without a box
@@ -338,7 +345,10 @@ def corpus_from_envs(seeds_per_env: int = 32) -> list[str]:
     with MathVerifier(workers=0, cache_size=0) as verifier:
         for env_id in forkgym.envs.ENVIRONMENTS:
             variants = _VARIANTS.get(env_id, [({}, "gold")])
-            envs = [gym.make(env_id, verifier=verifier, **kwargs) for kwargs, _ in variants]
+            extra = GOLD_RUN_KWARGS.get(env_id, {})
+            envs = [
+                gym.make(env_id, verifier=verifier, **kwargs, **extra) for kwargs, _ in variants
+            ]
             for seed in range(seeds_per_env):
                 env, (_, kind) = envs[seed % len(variants)], variants[seed % len(variants)]
                 obs, _ = env.reset(seed=seed)

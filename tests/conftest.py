@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from forkgym.verifiers import MathVerifier
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``sandbox`` need the OS sandbox (bubblewrap): without it they skip with
+    the reason, except where ``FORKGYM_REQUIRE_SANDBOX=1`` (CI sets it) makes that a failure."""
+    if item.get_closest_marker("sandbox") is None:
+        return
+    from forkgym.envs.isolation import available
+
+    problem = available()
+    if problem is None:
+        return
+    if os.environ.get("FORKGYM_REQUIRE_SANDBOX"):
+        pytest.fail(f"FORKGYM_REQUIRE_SANDBOX is set but {problem}", pytrace=False)
+    pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import forkgym.envs
 from forkgym.agents.tokenizer import (
     CHAT_TEMPLATE,
+    GOLD_RUN_KWARGS,
     SPECIAL_TOKENS,
     build_tokenizer,
     corpus_from_envs,
@@ -38,7 +39,8 @@ def verifier():
 
 
 def gold_episode(env_id: str, seed: int, verifier) -> list[dict[str, str]]:
-    env = gym.make(env_id, verifier=verifier)
+    # the corpus's own way of making each env: gold code only, so no sandbox is needed
+    env = gym.make(env_id, verifier=verifier, **GOLD_RUN_KWARGS.get(env_id, {}))
     obs, _ = env.reset(seed=seed)
     done = False
     while not done:
@@ -75,7 +77,7 @@ def test_gold_trajectories_round_trip(tokenizer, episodes):
         for messages in convs:
             texts = [m["content"] for m in messages] + [
                 render_chatml(messages),
-                gym.make(env_id).render_prompt(messages),
+                gym.make(env_id, **GOLD_RUN_KWARGS.get(env_id, {})).render_prompt(messages),
             ]
             for text in texts:
                 ids = tokenizer.encode(text)

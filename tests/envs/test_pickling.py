@@ -8,8 +8,9 @@ from gymnasium.envs.registration import registry
 
 import forkgym.envs  # noqa: F401
 from forkgym.verifiers import MathVerifier, Status
+from tests.system import env_params
 
-ENV_IDS = sorted(k for k in registry if k.startswith("forkgym/"))
+ENV_IDS = env_params(sorted(k for k in registry if k.startswith("forkgym/")))
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)

@@ -8,8 +8,9 @@ import pytest
 
 from forkgym.envs import ENVIRONMENTS, check_llm_env
 from forkgym.envs.checker import hashes_in_subprocess, reset_hashes
+from tests.system import SANDBOXED_ENVS, env_params
 
-ENV_IDS = list(ENVIRONMENTS)
+ENV_IDS = env_params(list(ENVIRONMENTS))
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -42,9 +43,12 @@ def test_thousand_seeds_hash_identically_in_two_processes(env_id):
 def test_registry_and_make_return_the_env_itself():
     import forkgym.envs  # noqa: F401
 
-    for env_id in ENV_IDS:
+    for env_id in ENVIRONMENTS:
         assert env_id.startswith("forkgym/")
-        env = gym.make(env_id)
+        # making the Python tool needs no sandbox when it is told to run without one
+        env = gym.make(
+            env_id, **({"isolation": "unsafe-local"} if env_id in SANDBOXED_ENVS else {})
+        )
         assert env is env.unwrapped  # fork(), get_state() and gold_action() are reachable
         assert callable(env.fork) and callable(env.get_state)
 

@@ -12,11 +12,10 @@ import httpx
 import pytest
 
 import forkgym.envs  # noqa: F401
-from forkgym.envs.isolation import available
 from forkgym.envs.remote_sandbox import run_remote
 from forkgym.envs.sandbox import SandboxLimits
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+pytestmark = pytest.mark.sandbox
 READY = "forkgym sandbox listening on "
 
 

@@ -19,9 +19,8 @@ import gymnasium as gym
 import pytest
 
 import forkgym.envs  # noqa: F401
-from forkgym.envs.isolation import available
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+pytestmark = pytest.mark.sandbox
 
 HOOK_OFF = (
     "import sys\n"

@@ -126,6 +126,7 @@ HOSTILE_CODE = {
 }
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("name", list(HOSTILE_CODE))
 def test_hostile_python_ends_as_a_status_and_leaves_nothing_behind(name):
     code, status, evidence = HOSTILE_CODE[name]
@@ -144,6 +145,7 @@ def test_hostile_python_ends_as_a_status_and_leaves_nothing_behind(name):
     assert env.step(env.unwrapped.gold_action())[4]["status"] == "correct"
 
 
+@pytest.mark.sandbox
 def test_python_tool_is_deterministic_across_branches():
     env = gym.make("forkgym/PythonTool-v0")
     env.reset(seed=8)
@@ -155,6 +157,7 @@ def test_python_tool_is_deterministic_across_branches():
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_python_gold_programs_solve_every_family():
     env = gym.make("forkgym/PythonTool-v0")
     families = set()

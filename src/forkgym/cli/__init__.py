@@ -61,4 +61,10 @@ app.command()(launch)
 
 
 def main() -> None:
-    app()
+    from forkgym.envs.isolation import SandboxUnavailable
+
+    try:
+        app()
+    except SandboxUnavailable as exc:  # only what runs model code needs it: one line, no trace
+        typer.echo(f"forkgym: {exc}", err=True)
+        raise SystemExit(2) from None
