@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "at_least_float32",
     "entropy_from_logits",
     "logprobs_from_logits",
     "position_ids_from_mask",
@@ -48,6 +49,11 @@ def sequence_logits(
     return out.logits
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 when it is in a narrower float type (bf16, fp16); float64 stays."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def logprobs_from_logits(
     logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -55,7 +61,7 @@ def logprobs_from_logits(
 
     Computed in float32 at least, as ``logit - logsumexp`` (no ``[B, T, V]`` log-softmax copy).
     """
-    scores = logits[:, :-1].float()
+    scores = at_least_float32(logits[:, :-1])
     if temperature != 1.0:
         scores = scores / temperature
     targets = input_ids[:, 1:].unsqueeze(-1)
@@ -66,7 +72,7 @@ def logprobs_from_logits(
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``[B, T]``: entry ``t`` is the entropy of the distribution that produced token ``t``
     (``softmax(logits[:, t-1] / T)``); entry 0 is 0."""
-    scores = logits[:, :-1].float()
+    scores = at_least_float32(logits[:, :-1])
     if temperature != 1.0:
         scores = scores / temperature
     logp = torch.log_softmax(scores, dim=-1)

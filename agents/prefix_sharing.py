@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .logprobs import position_ids_from_mask
+from .logprobs import at_least_float32, position_ids_from_mask
 from .padding import pad_sequences, padding_mask
 
 __all__ = [
@@ -177,7 +177,7 @@ def shared_prefix_logprobs(
     """``[B, T]`` differentiable log-probs (and, with ``entropy``, detached entropies) of the
     suffix tokens, aligned like :func:`forkgym.agents.logprobs.token_logprobs`; 0 on the
     prompts, garbage in the padding."""
-    scores = suffix_outputs(model, layout).float()
+    scores = at_least_float32(suffix_outputs(model, layout))
     if temperature != 1.0:
         scores = scores / temperature
     lse = torch.logsumexp(scores, dim=-1)
