@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import os
+import re
 
 import numpy as np
 import pytest
@@ -237,3 +238,31 @@ def test_the_file_path_form_cannot_cross_the_process_pool(tokenizer, capfd):
     assert prime_scores(tokenizer, path, "compute_score_float") == [0.0] * 3
     out = capfd.readouterr().out
     assert out.count("Can't pickle") == 3
+
+
+@pytest.mark.integrations
+@needs_verl
+def test_the_docs_name_it_by_package_with_verls_current_config_keys():
+    """Every `reward.…=` setting on the page is a key of verl's own trainer config (0.9.1)
+    (`+…reward_kwargs.…` adds a key, so its parent must exist), and the path is `pkg://`."""
+    from pathlib import Path
+
+    import verl
+    from omegaconf import OmegaConf
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md"
+    settings = re.findall(r"(\+?reward\.[\w.<>]+)=([\w:/.]*\w)", page.read_text())
+    assert settings, "the page shows verl's settings"
+    config = OmegaConf.load(
+        Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
+    )
+    for key, value in settings:
+        path = key.lstrip("+").split(".")
+        if key.startswith("+"):  # an added key: what it is added under must exist
+            path = path[: path.index("reward_kwargs")]
+        *parent, last = path
+        assert last in OmegaConf.select(config, ".".join(parent)), key
+        if key.endswith("custom_reward_function.path"):
+            assert value == "pkg://forkgym.integrations.verl"
+        if key.endswith("custom_reward_function.name"):
+            assert value in forkgym_verl.__all__
