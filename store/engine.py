@@ -110,9 +110,11 @@ def check_url(url: str, *, connect: bool = True, timeout_s: float = 5.0) -> URL:
     try:
         dialect = parsed.get_dialect()
     except NoSuchModuleError:
-        raise StoreURLError(
-            f"unknown database dialect {parsed.drivername!r} in {shown} (e.g. {_EXAMPLES})"
-        ) from None
+        what = f"database dialect {parsed.drivername!r}"
+        backend = parsed.get_backend_name()
+        if "+" in parsed.drivername and _known_backend(backend):
+            what = f"driver {parsed.get_driver_name()!r} for {backend}"
+        raise StoreURLError(f"unknown {what} in {shown} (e.g. {_EXAMPLES})") from None
     try:
         dialect.import_dbapi()
     except ImportError as exc:
@@ -137,6 +139,14 @@ def check_url(url: str, *, connect: bool = True, timeout_s: float = 5.0) -> URL:
         finally:
             engine.dispose()
     return parsed
+
+
+def _known_backend(backend: str) -> bool:
+    try:
+        make_url(f"{backend}://").get_dialect()
+    except NoSuchModuleError:
+        return False
+    return True
 
 
 def _check_sqlite_path(database: str | None, shown: str) -> None:
