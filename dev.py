@@ -129,11 +129,27 @@ def ensure_vllm_env() -> Path:
 INTEGRATIONS_VENV = Path(os.environ.get("FORKGYM_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
 
 
+# their wheels without their dependencies (vLLM, flash-attn, DeepSpeed: GPU builds); what their
+# reward paths import comes with the `verl` and `openrlhf` extras
+INTEGRATIONS_NO_DEPS = {"verl": "0.9.1", "openrlhf": "0.11.2"}
+
+
 def ensure_integrations_env() -> Path:
     """forkgym[dev,integrations]: TRL, datasets, OpenEnv, PrimeIntellect's verifiers and wandb
     pull in large trees of their own (gradio, openai, MCP), so the main environment stays
-    without them and these tests run here."""
-    return _ensure_other_env(INTEGRATIONS_VENV, "dev,integrations")[0]
+    without them and these tests run here; verl and OpenRLHF go in without their dependencies."""
+    python = _ensure_other_env(INTEGRATIONS_VENV, "dev,integrations")[0]
+    probe = (
+        "import importlib.metadata as m, sys\n"
+        "def v(n):\n    try: return m.version(n)\n    except m.PackageNotFoundError: return None\n"
+        f"sys.exit(any(v(n) != w for n, w in {INTEGRATIONS_NO_DEPS!r}.items()))"
+    )
+    if subprocess.run([str(python), "-c", probe], cwd=ROOT).returncode != 0:
+        pins = [f"{name}=={version}" for name, version in INTEGRATIONS_NO_DEPS.items()]
+        _run(
+            python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps", *pins
+        )
+    return python
 
 
 def _installed(python: Path, name: str) -> bool:

@@ -9,6 +9,7 @@ is saved with each run (``config.yaml``), so a run directory says exactly what p
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -321,7 +322,7 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(_unknown_keys(unknown, known))
         try:
             return cls(**data)
         except TypeError as exc:
@@ -345,6 +346,19 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+
+
+def _unknown_keys(unknown: list[str], known: set[str]) -> str:
+    """``unknown config key 'temprature' (did you mean 'temperature'?)``: the closest known
+    keys by difflib's ratio, else where the keys are listed."""
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.6)
+        hint = " or ".join(repr(c) for c in close)
+        named.append(f"{key!r} (did you mean {hint}?)" if close else repr(key))
+    where = "" if all("did you mean" in n for n in named) else "; the keys: docs/training.md#configuration"  # fmt: skip
+    plural = "s" if len(unknown) > 1 else ""
+    return f"unknown config key{plural} {', '.join(named)}{where}"
 
 
 def load_plugins(plugins: list[str]) -> list[str]:

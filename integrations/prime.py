@@ -19,8 +19,12 @@ env id:
   because a reward must be a number) apart from a wrong answer. A trace not played through
   :class:`ForkgymEnv` (offline scoring) is graded by replaying its assistant messages.
 
-The taskset is registered with ``verifiers``' plugin loader under the id ``forkgym-prime``
-(see :data:`PLUGIN_ID`), which resolves once this module is imported.
+``verifiers``' tools find the taskset by the id ``forkgym-prime`` (:data:`PLUGIN_ID`) in any
+process: their plugin loader (0.4) imports an id's module by its top-level name and has no
+entry-point lookup, so forkgym installs one module besides its package, ``forkgym_prime``,
+which re-exports the taskset and env classes of this one. ``vf-validate forkgym-prime`` checks
+each row with :func:`gold_check` (forkgym's own ``gold_action()`` played to the end) and with
+its untouched scoring.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
     "ForkgymTask",
     "ForkgymTaskset",
     "ForkgymTasksetConfig",
+    "gold_check",
     "load_environment",
     "prime_verifiers",
 ]
@@ -215,6 +220,24 @@ class ForkgymEpisode:
             lease.__exit__(None, None, None)
 
 
+GOLD_TURNS = 64
+"""The most gold replies one gold check plays before calling the episode unfinished."""
+
+
+def gold_check(info: Mapping[str, Any]) -> bool:
+    """The row's gold trajectory grades ``correct``: a forkgym env reset to the row's start,
+    stepped with its own ``gold_action()`` until forkgym's episode ends."""
+    episode = ForkgymEpisode(info)
+    try:
+        for _ in range(GOLD_TURNS):
+            if episode.respond(episode.env.gold_action()) is None:
+                break
+        verdict = episode.finish("gold_unfinished")
+    finally:
+        episode.close()
+    return verdict["status"] == Status.CORRECT.value
+
+
 def _replay(info: Mapping[str, Any], replies: list[str]) -> dict[str, Any]:
     """forkgym's verdict on a finished conversation: its assistant messages, stepped in order."""
     episode = ForkgymEpisode(info)
@@ -255,6 +278,10 @@ class ForkgymData(vf.TaskData):
 
 class ForkgymTask(vf.Task[ForkgymData]):
     """One row, scored by forkgym (see the module docstring)."""
+
+    async def validate(self, runtime: Any) -> bool | None:
+        """``verifiers``' gold check (``vf-validate``): :func:`gold_check` of this row."""
+        return await asyncio.to_thread(gold_check, self.data.info)
 
     @vf.metric
     async def forkgym_status(self, task: ForkgymData, trace: Any) -> dict[str, float]:
@@ -382,9 +409,3 @@ def load_environment(
         )
     )
     return vf.load_environment(config)
-
-
-# verifiers' plugin loader imports a taskset id's module by a top-level name
-# (`forkgym-prime` -> `forkgym_prime`) and cannot reach a dotted one, and forkgym installs
-# no top-level module but `forkgym`; this alias makes the id resolve to this module.
-sys.modules.setdefault(PLUGIN_ID.replace("-", "_"), sys.modules[__name__])

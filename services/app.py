@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from forkgym import __version__
 from forkgym.store import get_outcome, latency_percentiles, page_outcomes, status_counts
+from forkgym.verifiers import Status
 
 from .config import ServiceConfig
 from .metrics import ServiceMetrics
@@ -41,6 +42,8 @@ from .schemas import (
 )
 
 __all__ = ["create_app"]
+
+STATUS_NAMES = tuple(status.value for status in Status)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
@@ -380,17 +383,23 @@ def create_app(
         for i, (text, label) in enumerate(zip(query, labels, strict=True)):
             prompt = prompts[i] if prompts is not None else ""
             response = text[len(prompt) :] if prompt and text.startswith(prompt) else text
-            items.append(Item(reference=label, response=response, task_id="openrlhf"))
+            reference = "" if label is None else str(label)  # "": graded invalid, no_reference
+            items.append(Item(reference=reference, response=response, task_id="openrlhf"))
         rows = await record(items, request)
         missing = [i for i, row in enumerate(rows) if row["reward"] is None]
         if missing and config.null_reward is None:
             raise HTTPException(503, f"samples {missing} have no reward ({', '.join(rows[i]['status'] for i in missing)})")  # fmt: skip
         rewards = [config.null_reward if row["reward"] is None else row["reward"] for row in rows]
+        statuses = [row["status"] for row in rows]
         return SafeJSONResponse(
             {
                 "rewards": rewards,
                 "scores": rewards,
-                "statuses": [row["status"] for row in rows],
+                "extra_logs": {
+                    f"status_{name}": [float(status == name) for status in statuses]
+                    for name in STATUS_NAMES
+                },
+                "statuses": statuses,
                 "ids": [row["id"] for row in rows],
             }
         )

@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from forkgym.store import Conflict, OutcomeWriter, find_outcomes, make_engine, upgrade
 from forkgym.store.models import utcnow
 from forkgym.store.writer import check_same, index_records, recorded_for
-from forkgym.verifiers import MathVerifier, Outcome
+from forkgym.verifiers import MathVerifier, Outcome, Status
 
 from .config import ServiceConfig
 
@@ -87,12 +87,25 @@ class Recorder:
         done: dict[int, Outcome] = {}
         rest = []
         for i, item in enumerate(items):
+            if not item.reference.strip():  # no label to grade against (OpenRLHF's null)
+                done[i] = self._no_reference()
+                continue
             outcome = self.verifier.verify_quick(item.reference, item.response)
             if outcome is None:
                 rest.append(i)
             else:
                 done[i] = outcome
         return done, rest
+
+    def _no_reference(self) -> Outcome:
+        """``invalid``, with the reason: the sample came without a reference answer."""
+        return Outcome.from_status(
+            Status.INVALID,
+            self.verifier.rewards,
+            details={"reason": "no_reference"},
+            verifier=self.verifier.name,
+            verifier_version=self.verifier.version,
+        )
 
     def lookup(
         self, items: list[Item], hashes: list[str], which: list[int]

@@ -101,10 +101,16 @@ class Schemas:
 
 
 class RewardResponse(BaseModel):
-    """What OpenRLHF's remote reward client reads (``rewards``), with forkgym's statuses."""
+    """What OpenRLHF's remote reward client reads (``scores``, else ``rewards``, and
+    ``extra_logs``), with forkgym's statuses and outcome ids."""
 
     rewards: list[float] = Field(description="one float per sample, in order")
     scores: list[float] = Field(description="the same numbers (newer OpenRLHF reads this key)")
+    extra_logs: dict[str, list[float]] = Field(
+        description="per sample, 1.0 under its status's key (status_correct, status_incorrect, "
+        "status_invalid, status_truncated, status_timeout, status_error), else 0.0: OpenRLHF "
+        "logs each key (it turns every value into a tensor, so they are numbers)"
+    )
     statuses: list[str] = Field(description="forkgym's status of each sample")
     ids: list[str] = Field(description="the recorded outcome ids, for /v1/outcomes/{id}")
 
@@ -116,6 +122,11 @@ def make_schemas(config: ServiceConfig) -> Schemas:
         Field(
             min_length=1, max_length=config.max_reference_chars, description="the reference answer"
         ),
+        AfterValidator(_valid_unicode),
+    ]
+    label = Annotated[
+        str,
+        Field(max_length=config.max_reference_chars, description="the reference answer"),
         AfterValidator(_valid_unicode),
     ]
     response = Annotated[
@@ -161,6 +172,8 @@ def make_schemas(config: ServiceConfig) -> Schemas:
             texts,
         ),
         prompts=(list[Annotated[str, AfterValidator(_valid_unicode)]] | None, None),
-        labels=(list[reference], texts),  # type: ignore[valid-type]
+        # OpenRLHF sends its dataset's label column as it is: text, a number, or null (and ""
+        # without --label_key); a missing label is graded `invalid`, never refused
+        labels=(list[label | int | float | None], texts),  # type: ignore[valid-type]
     )
     return Schemas(verify_request, batch_request, batch_response, reward_request)

@@ -7,7 +7,7 @@ if __name__ != "forkgym.store":  # imported as a top-level `store` from a source
     )
 
 
-from .engine import default_url, is_sqlite, make_engine
+from .engine import StoreURLError, check_url, default_url, is_sqlite, make_engine
 from .migrate import upgrade
 from .models import Base, OutcomeRow, RunRow
 from .queries import (
@@ -29,6 +29,8 @@ __all__ = [
     "OutcomeWriter",
     "RunRow",
     "StoreClosed",
+    "StoreURLError",
+    "check_url",
     "default_url",
     "find_outcomes",
     "get_outcome",

@@ -1,4 +1,5 @@
-"""The distribution installs one import package, ``forkgym``, and nothing at the top level."""
+"""The distribution installs one import package, ``forkgym``, and at the top level only the
+module PrimeIntellect's verifiers imports for forkgym's taskset, ``forkgym_prime``."""
 
 import os
 import subprocess
@@ -29,7 +30,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_holds_only_the_forkgym_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"forkgym"}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"forkgym", "forkgym_prime.py"}
     for sub in SUBPACKAGES:
         assert f"forkgym/{sub}/__init__.py" in names
     assert "forkgym/verifiers/data/sample_answers.jsonl" in names

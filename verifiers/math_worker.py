@@ -23,6 +23,24 @@ for _name in ("math_verify", "latex2sympy2_extended"):
 _CONFIG = (LatexExtractionConfig(), ExprExtractionConfig())
 
 
+def _complete_the_antlr_4_9_parser() -> None:
+    """latex2sympy2_extended (1.11) ships a parser per ANTLR runtime; the one for 4.9.3 (the
+    runtime beside hydra-core, hence verl) was generated from a grammar whose ``atom`` rule
+    lacks the ``FUNC_GAMMA`` alternative the shared visitor asks about before percentages, so
+    every ``50\\%`` raised AttributeError and graded wrong (``50\\%`` against ``50``: incorrect
+    under 4.9.3, correct under 4.13.2). That method is the only difference between the two
+    generated parsers' contexts; the missing alternative is answered "absent", as a parser
+    whose rule lacks it would."""
+    from latex2sympy2_extended import antlr_parser
+
+    atom = antlr_parser.PSParser.AtomContext
+    if not hasattr(atom, "FUNC_GAMMA"):
+        atom.FUNC_GAMMA = lambda self: None
+
+
+_complete_the_antlr_4_9_parser()
+
+
 def _parse_answer(answer: str) -> list[Any]:
     # The answer is already extracted; boxing it makes math-verify parse exactly this text.
     return parse("\\boxed{" + answer + "}", list(_CONFIG), parsing_timeout=None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.metadata
+import json
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -236,3 +237,49 @@ def test_a_single_turn_env_takes_one_reply():
     _, _, local = _first_messages("forkgym/Arithmetic-v0", 3)
     played = _play(env, task, [local.gold_action(), "unused"])
     assert played.user_turns == [] and played.trace.reward == 1.0
+
+
+# -- PrimeIntellect's own tools, in fresh processes (issue 26: `vf-validate forkgym-prime`
+# failed with "taskset 'forkgym-prime' not found (tried to import 'forkgym_prime')", and with
+# an alias every task came back unchecked: there was no gold check)
+
+
+def test_the_gold_check_plays_forkgyms_gold_actions(monkeypatch):
+    for env_id in ("forkgym/Arithmetic-v0", "forkgym/Calculator-v0"):
+        for task in prime.load_environment(env_id, num_train=3, seed=70).taskset:
+            assert prime.gold_check(task.data.info) is True
+            assert asyncio.run(task.validate(None)) is True
+    # a gold action that is wrong fails the check: it grades, it does not just run
+    (task,) = list(prime.load_environment("forkgym/Arithmetic-v0", num_train=1).taskset)
+    env_cls = type(gym.make("forkgym/Arithmetic-v0").unwrapped)
+    monkeypatch.setattr(env_cls, "gold_action", lambda self: r"\boxed{-1}")
+    assert prime.gold_check(task.data.info) is False
+
+
+def test_verifiers_imports_the_taskset_by_its_id_in_a_fresh_process(tmp_path):
+    code = (
+        "from verifiers.v1.utils.loaders import import_taskset, taskset_class, "
+        "environment_class\n"
+        "print(import_taskset('forkgym-prime').__name__, taskset_class('forkgym-prime').__name__,"
+        " environment_class('forkgym-prime').__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["forkgym_prime", "ForkgymTaskset", "ForkgymEnv"]
+
+
+@pytest.mark.parametrize(("env_id", "n"), [("forkgym/Arithmetic-v0", 4), ("forkgym/Calculator-v0", 3)])  # fmt: skip
+def test_vf_validate_finds_and_checks_every_task(tmp_path, env_id, n):
+    vf_validate = Path(sys.executable).parent / "vf-validate"
+    assert vf_validate.exists(), "verifiers installs the vf-validate command"
+    cmd = [str(vf_validate), "forkgym-prime", "--taskset.env", env_id,
+           "--taskset.num-train", str(n), "--runtime.type", "subprocess", "--no-rich",
+           "-o", "out", "--run.name", "check"]  # fmt: skip
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((tmp_path / "out" / "check" / "summary.json").read_text())
+    assert summary["total"] == n and summary["outcomes"]["valid"] == n, summary
+    assert summary["checks"]["gold"]["valid"] == n  # gold_action() played, graded correct
+    assert summary["checks"]["noop"]["valid"] == n  # an untouched task does not pass

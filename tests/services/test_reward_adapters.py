@@ -35,6 +35,35 @@ def test_openrlhf_get_reward_grades_the_response_after_the_prompt(server):
     assert sorted(s for (s,) in recorded) == ["correct", "incorrect", "invalid", "timeout"]
 
 
+def test_openrlhf_labels_as_they_come_numbers_and_null_are_graded_not_refused(server):
+    """OpenRLHF sends its label column as it is (issue 26: a number got 422, which its client
+    retries five times and then trains without a reward); a null (or, without --label_key,
+    empty) label is `invalid` with its reason, still a 200 and a float."""
+    body = openrlhf_body([r"\boxed{72}", r"\boxed{0.5}", r"\boxed{5}", r"\boxed{5}", r"\boxed{5}"], [72, 0.5, None, "", "5"])  # fmt: skip
+    reply = httpx.post(f"{server.url}/get_reward", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert data["statuses"] == ["correct", "correct", "invalid", "invalid", "correct"]
+    assert data["rewards"] == [1.0, 1.0, 0.0, 0.0, 1.0]
+    for outcome_id in data["ids"][2:4]:
+        record = httpx.get(f"{server.url}/v1/outcomes/{outcome_id}").json()
+        assert record["details"] == {"reason": "no_reference"} and record["status"] == "invalid"
+
+
+def test_openrlhf_reads_per_sample_statuses_in_extra_logs(server):
+    """OpenRLHF keeps `extra_logs` (not top-level keys) and makes a tensor of each value: one
+    number per sample under each status's key."""
+    body = openrlhf_body([r"\boxed{5}", r"\boxed{6}", "none", r"\boxed{9^{9^{9^{9}}}}"], ["5", "5", "5", "3"])  # fmt: skip
+    logs = httpx.post(f"{server.url}/get_reward", json=body, timeout=60).json()["extra_logs"]
+    names = ["correct", "incorrect", "invalid", "truncated", "timeout", "error"]
+    assert sorted(logs) == sorted(f"status_{name}" for name in names)
+    assert logs["status_correct"] == [1.0, 0.0, 0.0, 0.0]
+    assert logs["status_incorrect"] == [0.0, 1.0, 0.0, 0.0]
+    assert logs["status_invalid"] == [0.0, 0.0, 1.0, 0.0]
+    assert logs["status_timeout"] == [0.0, 0.0, 0.0, 1.0]
+    assert all(torch.tensor([value]).dtype == torch.float32 for value in logs.values())
+
+
 def test_openrlhf_without_prompts_grades_the_whole_query(server):
     reply = httpx.post(f"{server.url}/get_reward", json={"query": [r"\boxed{7}"], "labels": ["7"]})
     assert reply.json()["rewards"] == [1.0]
@@ -47,6 +76,7 @@ def test_openrlhf_without_prompts_grades_the_whole_query(server):
         ({"query": ["a"], "labels": ["1", "2"]}, "one entry per sample"),
         ({"query": [], "labels": []}, "at least 1"),
         ({"prompts": ["a"], "labels": ["1"]}, "query"),
+        ({"query": ["a"], "labels": [["1"]]}, "labels"),  # a list is not one label
     ],
 )
 def test_openrlhf_malformed_bodies_are_422_with_a_reason(server, body, message):

@@ -52,15 +52,19 @@ def launch(
     by Ray, torn down when the run ends. Prints the last step's summary."""
     from forkgym.agents.config import ConfigError, TrainConfig
 
-    try:
-        from forkgym.integrations.ray import Layout
-        from forkgym.integrations.ray import launch as run_launch
-    except ImportError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    from .errors import checked_db, fail
+
+    if db is not None:  # before Ray starts: a replica would fail with the same error
+        checked_db(db)
     values = {"model": model, "env": _env_id(env) if env else None, "steps": steps, "out": out}
     try:
         cfg = TrainConfig.load(config, [*(overrides or []), "progress=false"], **values)
     except ConfigError as exc:
+        fail(str(exc))
+    try:
+        from forkgym.integrations.ray import Layout
+        from forkgym.integrations.ray import launch as run_launch
+    except ImportError as exc:
         raise typer.BadParameter(str(exc)) from None
     layout = Layout(
         learners=learners,

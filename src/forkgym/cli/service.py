@@ -96,7 +96,8 @@ def serve(
 
     from forkgym.services.config import ServiceConfig
     from forkgym.services.server import serve as run_server
-    from forkgym.store import default_url
+
+    from .errors import checked_db
 
     try:
         null = None if null_reward.strip().lower() == "fail" else float(null_reward)
@@ -104,7 +105,7 @@ def serve(
         raise typer.BadParameter(f"--null-reward must be a number or 'fail', got {null_reward!r}") from None  # fmt: skip
     try:
         config = ServiceConfig(
-            db_url=db or default_url(),
+            db_url=checked_db(db),
             host=host,
             port=port,
             workers=workers or os.cpu_count() or 1,
@@ -141,9 +142,9 @@ def outcomes(
     """Status counts and latency percentiles of the store; optionally the slowest items or a JSONL export."""
     from sqlalchemy import inspect
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
     from forkgym.store import (
-        default_url,
         latency_percentiles,
         make_engine,
         slowest,
@@ -151,14 +152,19 @@ def outcomes(
         write_jsonl,
     )
 
-    url = make_url(db or default_url())
+    from .errors import checked_db, fail
+
+    url = make_url(checked_db(db))
+    shown = url.render_as_string(hide_password=True)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") and not Path(url.database).exists():  # fmt: skip
-        typer.echo(f"error: no outcome store at {url} (no such file; run `forkgym serve` first)", err=True)  # fmt: skip
-        raise typer.Exit(code=2)
-    engine = make_engine(str(url))
-    if "verification_outcomes" not in inspect(engine).get_table_names():
-        typer.echo(f"error: no outcome store at {engine.url} (run `forkgym serve` first)", err=True)
-        raise typer.Exit(code=2)
+        fail(f"no outcome store at {shown} (no such file; run `forkgym serve` first)")
+    engine = make_engine(url.render_as_string(hide_password=False))
+    try:
+        tables = inspect(engine).get_table_names()
+    except SQLAlchemyError as exc:
+        fail(f"cannot read the store at {shown}: {str(exc).splitlines()[0]}")
+    if "verification_outcomes" not in tables:
+        fail(f"no outcome store at {shown} (run `forkgym serve` first)")
     with engine.connect() as conn:
         if export is not None:
             if str(export) == "-":

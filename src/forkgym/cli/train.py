@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .envs import KwargOption, check_env, parse_kwargs
+from .errors import fail
 
 console = Console(highlight=False)
 model_app = typer.Typer(help="Build the default offline model.", no_args_is_help=True)
@@ -115,7 +116,7 @@ def train(
     try:
         cfg = TrainConfig.load(config, overrides, **values)
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        fail(str(exc))
     _check_run(cfg, model_given=model is not None or _file_sets(config, overrides, "model"))
     try:
         trainer = Trainer(cfg, resume=resume)
