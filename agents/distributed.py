@@ -3,8 +3,8 @@ collectives the trainer needs to keep its ranks in step.
 
 ``torchrun --nproc-per-node N -m forkgym train --config C.yaml`` starts N copies of the
 trainer; each reads ``WORLD_SIZE``/``RANK`` from the environment and joins one process group
-(gloo on CPU, NCCL on GPUs). Every rank generates and trains on its share of the step's
-prompts, the learner sums gradients over the ranks (``passes.sync_gradients``), and rank 0
+(gloo; on GPUs NCCL for CUDA tensors beside it). Every rank generates and trains on its share
+of the step's prompts, the learner sums gradients over the ranks (``passes.sync_gradients``), and rank 0
 alone evaluates, logs and writes checkpoints. Without ``torchrun`` nothing here does
 anything.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "ranks", "setup"]
+__all__ = ["World", "backend_for", "init_group", "ranks", "setup"]
 
 
 def ranks() -> int:
@@ -73,13 +73,26 @@ class World:
             dist.barrier()
 
 
+def backend_for(device: str) -> str:
+    """The process group's backends: gloo for CPU tensors, and NCCL for CUDA tensors when the
+    device is a GPU. The small counts and flags the ranks agree on (:meth:`World.total`,
+    :func:`~forkgym.agents.sharding.most_passes`) are CPU tensors, which NCCL cannot carry."""
+    return "cpu:gloo,cuda:nccl" if str(device).startswith("cuda") else "gloo"
+
+
+def init_group(device: str = "cpu", **kwargs: Any) -> None:
+    """``dist.init_process_group`` with :func:`backend_for` ``device``; ``kwargs`` are its own
+    (``init_method``, ``rank``, ``world_size``; by default from ``torchrun``'s environment)."""
+    dist.init_process_group(backend_for(device), **kwargs)
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def setup(device: str = "cpu") -> World:
     """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1); else one rank."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo")
-    if str(device).startswith("cuda"):
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        init_group(device)
     return World(dist.get_rank(), dist.get_world_size())

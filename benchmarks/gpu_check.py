@@ -1,0 +1,474 @@
+"""The prepared GPU check: what forkgym's torch-only paths do on one CUDA device, in one command.
+
+Nothing here needs vLLM, a package registry or a model hub: the models are built from their
+configurations with random weights, and rewards come from a fixed rule on the generated
+tokens, so only torch, transformers and forkgym (with its small pure-Python needs) must be
+installed. Each section runs on its own (a failure is recorded with its traceback and the
+next section runs):
+
+* ``parity``: the default tiny model's (Llama, 1M parameters, random weights) log-probs of
+  the same token rows on the CPU in float32, on the device in float32 (TF32 off) and in
+  bf16, and prefix-shared against the full forward on the device;
+* ``grpo``: the ``transformers`` backend (:class:`~forkgym.agents.hf_policy.HFPolicy`)
+  generating K = 8 responses for each of 8 prompts from a Qwen2.5-0.5B-shaped model in bf16
+  (Qwen2 architecture, 24 layers, hidden 896, 14/2 heads, vocabulary 151,936, tied
+  embeddings), GRPO advantages from a token rule (a response is paid when the sum of its
+  token ids is even), one learner update; seconds per step split into generation and update,
+  generated tokens per second, peak device memory;
+* ``prefix_sharing``: the learner's update on the same batch with each prompt's forward shared
+  by its group against every row on its own;
+* ``fsdp``: the learner on an FSDP2-sharded copy (``agents/sharding.py``) in a one-rank
+  process group (NCCL for CUDA tensors, gloo for the CPU-side counts): the same update as the
+  plain model, its weights compared;
+* ``weight_packing``: the model's weights named and bucketed for an engine
+  (``agents/weight_buckets.py``, 64 MiB buckets, fused layers whole), each bucket packed into
+  one contiguous device buffer, as a packed IPC push sends it: bytes per second.
+
+Run: ``python benchmarks/gpu_check.py --out DIR`` on a machine with a GPU (figures go to
+``DIR/gpu_check.json`` and ``DIR/gpu_check.txt``); ``--device cpu --dry`` runs every section
+on tiny shapes on the CPU (CI does, so the check cannot rot before a GPU is at hand). How to
+run it on a bare GPU machine with only torch installed: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime
+import json
+import platform
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forkgym.agents.algorithms import build_algorithm
+from forkgym.agents.batch import RolloutBatch, TokenBatch
+from forkgym.agents.config import TrainConfig
+from forkgym.agents.episode import Episode, Group
+from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.learner import Learner
+from forkgym.agents.logprobs import token_logprobs
+from forkgym.agents.models import model_config
+from forkgym.agents.policy import GenerationRequest, SamplingParams
+from forkgym.agents.prefix_sharing import plan_prefixes, shared_prefix_logprobs
+from forkgym.verifiers import Outcome
+
+# Qwen2.5-0.5B's published configuration (its config.json), without the hub
+QWEN_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151_936,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 32_768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+}
+# the same architecture at toy size, for --dry
+QWEN_TOY = {
+    **QWEN_05B,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    prompts: int
+    k: int
+    prompt_len: int
+    new_tokens: int
+    steps: int  # timed GRPO steps, after one warm-up step
+    model: dict[str, Any]
+
+
+FULL = Shape(prompts=8, k=8, prompt_len=64, new_tokens=128, steps=3, model=QWEN_05B)
+DRY = Shape(prompts=2, k=4, prompt_len=8, new_tokens=8, steps=1, model=QWEN_TOY)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
+    synchronize(device)
+    t0 = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - t0
+
+
+def build_qwen(shape: Shape, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
+    """A Qwen2 causal LM with the shape's configuration and seeded random weights, built on
+    the device directly."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(**shape.model, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(dtype)
+    return model
+
+
+def prompts_for(shape: Shape, vocab: int, seed: int = 1) -> list[tuple[int, ...]]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (shape.prompts, shape.prompt_len), generator=g)
+    return [tuple(row.tolist()) for row in ids]
+
+
+def rollout_batch(
+    prompts: list[tuple[int, ...]], generations: list[Any], k: int, version: int
+) -> RolloutBatch:
+    """Groups of K episodes; a response is paid (``correct``) when its token ids sum to an
+    even number, a rule no model skill enters, so groups are mixed on any device."""
+    groups = []
+    for p, prompt in enumerate(prompts):
+        episodes = []
+        for b in range(k):
+            gen = generations[p * k + b]
+            ids = list(prompt) + list(gen.token_ids)
+            n = len(gen.token_ids)
+            status = "correct" if sum(gen.token_ids) % 2 == 0 else "incorrect"
+            mask = [0] * len(prompt) + [1] * n
+            logprobs = [0.0] * len(prompt) + list(gen.logprobs)
+            outcome = Outcome.from_status(status)
+            episodes.append(
+                Episode(
+                    p,
+                    b,
+                    "sampled",
+                    f"t{p}",
+                    ids,
+                    mask,
+                    logprobs,
+                    len(prompt),
+                    outcome=outcome,
+                    weight_version=version,
+                )
+            )
+        groups.append(Group(f"t{p}", p, episodes))
+    return RolloutBatch.from_groups(groups, k)
+
+
+def learner_config(shape: Shape, device: torch.device, **overrides: Any) -> TrainConfig:
+    values = dict(
+        estimator="grpo",
+        k=shape.k,
+        prompts_per_step=shape.prompts,
+        max_new_tokens=shape.new_tokens,
+        lr=1e-6,
+        micro_batch_size=shape.prompts * shape.k,
+        device=str(device),
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def generate(policy: HFPolicy, prompts: list[tuple[int, ...]], shape: Shape, step: int) -> list:
+    params = [
+        SamplingParams(max_new_tokens=shape.new_tokens, temperature=1.0, seed=1000 * step + i)
+        for i in range(shape.prompts * shape.k)
+    ]
+    requests = [
+        GenerationRequest(prompts[i // shape.k], params[i]) for i in range(len(params))
+    ]  # a group's K requests are adjacent
+    return policy.generate(requests)
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def section_parity(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cpu_model = LlamaForCausalLM(model_config("tiny")).eval()
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(1, 1024, (1, 24), generator=g).expand(16, -1)
+    suffix = torch.randint(1, 1024, (16, 24), generator=g)
+    ids = torch.cat([prompt, suffix], dim=1)
+    mask = torch.ones_like(ids)
+    action = torch.cat([torch.zeros_like(prompt), torch.ones_like(suffix)], dim=1).bool()
+    with torch.no_grad():
+        ref = token_logprobs(cpu_model, ids, mask)
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            dev_model = copy.deepcopy(cpu_model).to(device)
+            fp32 = token_logprobs(dev_model, ids.to(device), mask.to(device)).cpu()
+            layout = plan_prefixes(ids.to(device), mask.to(device), action.to(device))
+            shared = shared_prefix_logprobs(dev_model, layout)[0].cpu()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        bf16 = token_logprobs(dev_model.to(torch.bfloat16), ids.to(device), mask.to(device))
+    diff = lambda a, b: float((a[action] - b[action]).abs().max())  # noqa: E731
+    return {
+        "rows": 16,
+        "tokens_scored": int(action.sum()),
+        "max_abs_logprob_diff_cpu_fp32_vs_device_fp32": diff(ref, fp32),
+        "max_abs_logprob_diff_cpu_fp32_vs_device_bf16": diff(ref, bf16.float().cpu()),
+        "max_abs_logprob_diff_device_shared_vs_full_fp32": diff(fp32, shared),
+        "mean_abs_logprob": float(ref[action].abs().mean()),
+    }
+
+
+def section_grpo(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    model = build_qwen(shape, device, torch.bfloat16)
+    params = sum(p.numel() for p in model.parameters())
+    policy = HFPolicy(model, None, device=device, max_batch=shape.prompts * shape.k)
+    config = learner_config(shape, device)
+    learner = Learner(model, config, max_new_tokens=shape.new_tokens)
+    algorithm = build_algorithm(config, model)
+    prompts = prompts_for(shape, shape.model["vocab_size"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    rows = []
+    for step in range(shape.steps + 1):
+        generations, t_gen = timed(device, lambda s=step: generate(policy, prompts, shape, s))
+        batch = rollout_batch(prompts, generations, shape.k, policy.weight_version)
+        tokens = TokenBatch.from_rollouts(batch, policy.pad_token_id)
+        advantages = algorithm.advantages(batch, tokens)
+        update, t_update = timed(device, lambda: learner.update(tokens, advantages.rows, step))  # noqa: B023
+        _, t_sync = timed(device, lambda: policy.sync_weights(model))
+        new_tokens = sum(len(g.token_ids) for g in generations)
+        rows.append(
+            {
+                "generate_s": t_gen,
+                "update_s": t_update,
+                "sync_s": t_sync,
+                "step_s": t_gen + t_update + t_sync,
+                "generated_tokens": new_tokens,
+                "generated_tokens_per_s": new_tokens / t_gen,
+                "groups_with_signal": float(advantages.metrics.get("est/groups_with_signal", 0)),
+                "grad_norm": update.grad_norm,
+                "tokens_trained": update.tokens_trained,
+            }
+        )
+    timed_rows = rows[1:]  # the first step warms up kernels and the allocator
+    mean = {key: sum(r[key] for r in timed_rows) / len(timed_rows) for key in timed_rows[0]}
+    out: dict[str, Any] = {
+        "model": "Qwen2 architecture, Qwen2.5-0.5B's configuration, random weights, bf16",
+        "parameters": params,
+        "prompts": shape.prompts,
+        "k": shape.k,
+        "prompt_tokens": shape.prompt_len,
+        "new_tokens_per_response": shape.new_tokens,
+        "timed_steps": len(timed_rows),
+        "mean": mean,
+        "steps": rows,
+    }
+    if device.type == "cuda":
+        out["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    args.state["grpo"] = (model, tokens, advantages.rows, prompts)
+    return out
+
+
+def _update_seconds(
+    model: Any, tokens: TokenBatch, advantages: torch.Tensor, config: TrainConfig, repeats: int
+) -> tuple[float, Any]:
+    device = torch.device(config.device)
+    learner = Learner(model, config, max_new_tokens=config.max_new_tokens)
+    times = []
+    for step in range(repeats + 1):
+        _, seconds = timed(device, lambda s=step: learner.update(tokens, advantages, s))
+        times.append(seconds)
+    return min(times[1:]), learner
+
+
+def section_prefix_sharing(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    model, tokens, advantages, _ = args.state["grpo"]
+    start = copy.deepcopy(model.state_dict())
+    out = {}
+    for share in (False, True):
+        model.load_state_dict(start)
+        config = learner_config(shape, device, prefix_sharing=share)
+        seconds, _ = _update_seconds(model, tokens, advantages, config, repeats=2)
+        out["shared_s" if share else "rows_alone_s"] = seconds
+    out["speedup"] = out["rows_alone_s"] / out["shared_s"]
+    out["rows"] = len(tokens)
+    out["distinct_prompts"] = shape.prompts
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    import torch.distributed as dist
+
+    from forkgym.agents.distributed import init_group
+    from forkgym.agents.sharding import full_state_dict, shard_model
+
+    model, tokens, advantages, _ = args.state["grpo"]
+    plain = copy.deepcopy(model)
+    config = learner_config(shape, device, prefix_sharing=False)
+    Learner(plain, config, max_new_tokens=shape.new_tokens).update(tokens, advantages, 0)
+    init_group(str(device), init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        sharded = copy.deepcopy(model)
+        shard_model(sharded)
+        learner = Learner(sharded, config, max_new_tokens=shape.new_tokens)
+        _, seconds = timed(device, lambda: learner.update(tokens, advantages, 0))
+        _, again = timed(device, lambda: learner.update(tokens, advantages, 1))
+        whole = full_state_dict(sharded)
+        diffs = [
+            float((whole[name].float() - p.detach().float()).abs().max())
+            for name, p in plain.state_dict().items()
+            if name in whole
+        ]
+        backend = str(dist.get_backend())
+    finally:
+        dist.destroy_process_group()
+    return {
+        "backend": backend,
+        "world_size": 1,
+        "first_update_s": seconds,
+        "second_update_s": again,
+        "sharded": learner.sharded,
+        "max_abs_weight_diff_vs_plain_after_one_update": max(diffs),
+        "tensors_compared": len(diffs),
+    }
+
+
+def section_weight_packing(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    from forkgym.agents.weight_buckets import bucket_weights, engine_names
+
+    model = args.state["grpo"][0]
+    bucket_bytes = 64 * 2**20
+
+    def pack() -> tuple[int, int]:
+        buckets = bucket_weights(engine_names(model.state_dict()), bucket_bytes)
+        total = 0
+        for bucket in buckets:
+            flat = torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in bucket.tensors])
+            total += flat.numel()
+        return total, len(buckets)
+
+    pack()  # warm-up
+    times = []
+    for _ in range(5):
+        (nbytes, count), seconds = timed(device, pack)
+        times.append(seconds)
+    best = min(times)
+    return {
+        "bytes": nbytes,
+        "buckets": count,
+        "bucket_mib": 64,
+        "best_of_5_s": best,
+        "gb_per_s": nbytes / best / 1e9,
+    }
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device, Shape], dict]] = {
+    "parity": section_parity,
+    "grpo": section_grpo,
+    "prefix_sharing": section_prefix_sharing,
+    "fsdp": section_fsdp,
+    "weight_packing": section_weight_packing,
+}
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    import transformers
+
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": str(device),
+        "command": " ".join(["python", *sys.argv]),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=props.total_memory / 2**30,
+            cuda=torch.version.cuda,
+            multiprocessors=props.multi_processor_count,
+        )
+    else:
+        info["cpu_threads"] = torch.get_num_threads()
+    return info
+
+
+def summary(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [f"forkgym GPU check, {env['date']}: {env.get('gpu', env['device'])}, torch {env['torch']}, transformers {env['transformers']}"]  # fmt: skip
+    for name, result in report["sections"].items():
+        if "error" in result:
+            lines.append(f"{name}: FAILED: {result['error'].strip().splitlines()[-1]}")
+            continue
+        if name == "parity":
+            lines.append(f"parity: |logprob diff| max, CPU fp32 vs device fp32 {result['max_abs_logprob_diff_cpu_fp32_vs_device_fp32']:.2e}, vs device bf16 {result['max_abs_logprob_diff_cpu_fp32_vs_device_bf16']:.2e}; shared vs full on device {result['max_abs_logprob_diff_device_shared_vs_full_fp32']:.2e}")  # fmt: skip
+        elif name == "grpo":
+            m = result["mean"]
+            memory = f", peak memory {result['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in result else ""  # fmt: skip
+            lines.append(f"grpo: {result['parameters'] / 1e6:.1f}M parameters, {result['prompts']} prompts x K={result['k']}, {result['new_tokens_per_response']} new tokens: {m['step_s']:.3f} s per step (generate {m['generate_s']:.3f}, update {m['update_s']:.3f}, sync {m['sync_s']:.4f}), {m['generated_tokens_per_s']:,.0f} generated tokens/s{memory}")  # fmt: skip
+        elif name == "prefix_sharing":
+            lines.append(f"prefix sharing: update {result['shared_s']:.3f} s shared vs {result['rows_alone_s']:.3f} s rows alone ({result['speedup']:.2f}x)")  # fmt: skip
+        elif name == "fsdp":
+            lines.append(f"fsdp: {result['backend']} world size 1, update {result['second_update_s']:.3f} s, weights vs plain max |diff| {result['max_abs_weight_diff_vs_plain_after_one_update']:.2e}")  # fmt: skip
+        elif name == "weight_packing":
+            lines.append(f"weight packing: {result['bytes'] / 2**20:,.0f} MiB in {result['buckets']} buckets of {result['bucket_mib']} MiB, {result['gb_per_s']:.1f} GB/s")  # fmt: skip
+    lines.append(f"total {report['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--dry", action="store_true", help="tiny shapes (CI on the CPU)")
+    parser.add_argument("--out", default="runs/gpu_check", help="folder for the JSON and text")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; run with --device cpu --dry for the dry mode")
+        return 2
+    shape = DRY if args.dry else FULL
+    args.state = {}
+    report: dict[str, Any] = {"environment": environment(device), "sections": {}}
+    start = time.perf_counter()
+    for name in args.sections.split(","):
+        t0 = time.perf_counter()
+        try:
+            result = SECTIONS[name](args, device, shape)
+        except Exception:
+            result = {"error": traceback.format_exc()}
+        result["section_s"] = time.perf_counter() - t0
+        report["sections"][name] = result
+        print(f"gpu_check: {name} done in {result['section_s']:.1f} s", flush=True)
+        if device.type == "cuda":
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+    report["seconds"] = time.perf_counter() - start
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
+    text = summary(report)
+    (out / "gpu_check.txt").write_text(text + "\n")
+    print(text)
+    return 1 if any("error" in r for r in report["sections"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
