@@ -9,7 +9,8 @@ module when called. After every optimizer step the trainer calls
 ``transformers`` (alias ``hf``; :class:`~forkgym.agents.hf_policy.HFPolicy`):
 ``share_model=True`` (the default) generates with the training module itself;
 ``share_model=False`` with a separate copy that ``sync_weights`` overwrites, the shape a
-separate engine has.
+separate engine has. ``noise_device="model"`` draws the sampling noise on the model's device
+(a GPU's own random stream) instead of the CPU.
 
 ``vllm`` (:class:`~forkgym.agents.vllm_policy.VLLMPolicy`): an in-process vLLM engine started
 from the directory the model came from (``model_path`` to override); its options are the
@@ -71,6 +72,7 @@ def _transformers(
     share_model: bool = True,
     max_batch: int = 128,
     share_prefill: bool = True,
+    noise_device: str = "cpu",
 ) -> Policy:
     from .hf_policy import HFPolicy
 
@@ -79,8 +81,9 @@ def _transformers(
         # down other kernels (log-probs ~1e-6 off the shared model's)
         model = copy.deepcopy(model)
     return HFPolicy(
-        model, tokenizer, device=device, seed=seed, max_batch=max_batch, share_prefill=share_prefill
-    )
+        model, tokenizer, device=device, seed=seed, max_batch=max_batch,
+        share_prefill=share_prefill, noise_device=noise_device,
+    )  # fmt: skip
 
 
 BACKENDS["hf"] = BACKENDS["transformers"]

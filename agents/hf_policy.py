@@ -14,8 +14,10 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
 * sampling is vectorised over rows: log-softmax of ``logits / T`` per row, the top-p nucleus
   from one sort, and Gumbel-max with per-row noise.
 
-**Determinism.** Each sampled row draws its Gumbel noise from its own CPU ``torch.Generator``,
-seeded with the request's seed (or, for a request without one, with a seed drawn from the
+**Determinism.** Each sampled row draws its Gumbel noise from its own ``torch.Generator``
+(on the CPU by default, so the same noise on any device; ``noise_device="model"`` draws it
+where the model runs, which a GPU does in a fraction of the time the CPU needs for a large
+vocabulary, with the device's own random stream), seeded with the request's seed (or, for a request without one, with a seed drawn from the
 policy's own generator, ``HFPolicy(seed=...)``, in request order; torch's global RNG is never
 used). The ``k``-th token of a row uses exactly the ``k``-th block of ``V`` uniforms of its
 stream, whatever else is in the batch and however long the other rows run (they are drawn
@@ -76,9 +78,13 @@ class HFPolicy:
         seed: int = 0,
         max_logit_elements: int = 2**26,
         share_prefill: bool = True,
+        noise_device: str = "cpu",
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if noise_device not in ("cpu", "model"):
+            raise ValueError(f"noise_device must be 'cpu' or 'model', got {noise_device!r}")
+        self.noise_device = noise_device
         self.max_logit_elements = max_logit_elements
         self.model = model
         self.tokenizer = tokenizer
@@ -241,7 +247,9 @@ class HFPolicy:
         temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
         top_p = torch.tensor([1.0 if p.greedy else p.top_p for p in params], device=dev)
         max_new = torch.tensor([p.max_new_tokens for p in params], device=dev)
-        noise = _Noise(seeds, self._vocab_size())
+        noise = _Noise(
+            seeds, self._vocab_size(), device=dev if self.noise_device == "model" else None
+        )
         steps = max(p.max_new_tokens for p in params)
 
         cache = self._new_cache()
@@ -347,13 +355,27 @@ class _Noise:
     token ``k`` of a row still uses the ``k``-th block of ``V`` uniforms of its stream."""
 
     def __init__(
-        self, seeds: Sequence[int | None], vocab: int, block: int = 8, max_floats: int = 2**22
+        self,
+        seeds: Sequence[int | None],
+        vocab: int,
+        block: int = 8,
+        max_floats: int = 2**22,
+        device: torch.device | None = None,
     ) -> None:
-        self.generators = [None if s is None else torch.Generator().manual_seed(s) for s in seeds]
-        # at most `max_floats` buffered (16 MB): a 152k vocabulary draws one token at a time
+        """``device``: where the generators draw (None: the CPU); an accelerator's buffer may
+        hold 32 times as many floats."""
+        device = torch.device("cpu") if device is None else device
+        if device.type != "cpu":
+            max_floats *= 32
+        self.device = device
+        self.generators = [
+            None if s is None else torch.Generator(device=device).manual_seed(s) for s in seeds
+        ]
+        # at most `max_floats` buffered (16 MB on the CPU): a 152k vocabulary draws one token
+        # at a time there
         self.block = max(1, min(block, max_floats // max(len(seeds) * vocab, 1)))
         self.vocab = vocab
-        self.buffer = torch.empty((len(seeds), self.block, vocab))
+        self.buffer = torch.empty((len(seeds), self.block, vocab), device=device)
 
     def uniforms(self, rows: list[int], step: int) -> tuple[list[int], torch.Tensor] | None:
         """For the live ``rows`` (original indices) at token ``step``: which positions in the
@@ -363,6 +385,6 @@ class _Noise:
             return None
         sampled = [rows[i] for i in positions]
         if step % self.block == 0:  # live rows now were live at every earlier step
-            fresh = [torch.rand(self.block * self.vocab, generator=self.generators[r]) for r in sampled]  # fmt: skip
+            fresh = [torch.rand(self.block * self.vocab, generator=self.generators[r], device=self.device) for r in sampled]  # fmt: skip
             self.buffer[sampled] = torch.stack(fresh).view(len(sampled), self.block, self.vocab)
         return positions, self.buffer[sampled, step % self.block]

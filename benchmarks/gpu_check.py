@@ -15,6 +15,8 @@ next section runs):
   embeddings), GRPO advantages from a token rule (a response is paid when the sum of its
   token ids is even), one learner update; seconds per step split into generation and update,
   generated tokens per second, peak device memory;
+* ``device_noise``: the same generation with the sampling noise drawn on the model's device
+  (``noise_device="model"``) rather than from per-row CPU generators;
 * ``prefix_sharing``: the learner's update on the same batch with each prompt's forward shared
   by its group against every row on its own;
 * ``fsdp``: the learner on an FSDP2-sharded copy (``agents/sharding.py``) in a one-rank
@@ -305,6 +307,23 @@ def section_prefix_sharing(args: argparse.Namespace, device: torch.device, shape
     return out
 
 
+def section_device_noise(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    """The GRPO step's generation with the sampling noise drawn on the model's device
+    (``noise_device="model"``) instead of from per-row CPU generators: time, and the same
+    tokens for the same seeds twice."""
+    model, _, _, prompts = args.state["grpo"]
+    policy = HFPolicy(model, None, max_batch=shape.prompts * shape.k, noise_device="model")
+    runs = [timed(device, lambda: generate(policy, prompts, shape, 0)) for _ in range(3)]
+    tokens = sum(len(g.token_ids) for g in runs[-1][0])
+    seconds = min(t for _, t in runs[1:])
+    same = [g.token_ids for g in runs[1][0]] == [g.token_ids for g in runs[2][0]]
+    return {
+        "generate_s": seconds,
+        "generated_tokens_per_s": tokens / seconds,
+        "same_tokens_for_same_seeds": same,
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -317,9 +336,12 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
     from forkgym.agents.distributed import init_group
     from forkgym.agents.sharding import full_state_dict, shard_model
 
-    model, tokens, advantages, _ = args.state["grpo"]
+    # in float32 at a learning rate that moves the weights: bf16 weights would not see it
+    model = copy.deepcopy(args.state["grpo"][0]).float()
+    _, tokens, advantages, _ = args.state["grpo"]
+    start = {name: t.detach().clone() for name, t in model.state_dict().items()}
     plain = copy.deepcopy(model)
-    config = learner_config(shape, device, prefix_sharing=False)
+    config = learner_config(shape, device, prefix_sharing=False, lr=1e-4)
     Learner(plain, config, max_new_tokens=shape.new_tokens).update(tokens, advantages, 0)
     init_group(str(device), init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
@@ -327,13 +349,11 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
         shard_model(sharded)
         learner = Learner(sharded, config, max_new_tokens=shape.new_tokens)
         _, seconds = timed(device, lambda: learner.update(tokens, advantages, 0))
-        _, again = timed(device, lambda: learner.update(tokens, advantages, 1))
         whole = full_state_dict(sharded)
-        diffs = [
-            float((whole[name].float() - p.detach().float()).abs().max())
-            for name, p in plain.state_dict().items()
-            if name in whole
-        ]
+        pairs = [(n, p) for n, p in plain.state_dict().items() if n in whole]
+        diffs = [float((whole[n] - p).abs().max()) for n, p in pairs]
+        moved = [float((p - start[n]).abs().max()) for n, p in pairs]
+        _, again = timed(device, lambda: learner.update(tokens, advantages, 1))
         backend = str(dist.get_backend())
     finally:
         dist.destroy_process_group()
@@ -343,7 +363,10 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
         "first_update_s": seconds,
         "second_update_s": again,
         "sharded": learner.sharded,
+        "dtype": "float32",
+        "lr": config.lr,
         "max_abs_weight_diff_vs_plain_after_one_update": max(diffs),
+        "max_abs_weight_change_of_the_update": max(moved),
         "tensors_compared": len(diffs),
     }
 
@@ -380,6 +403,7 @@ def section_weight_packing(args: argparse.Namespace, device: torch.device, shape
 SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device, Shape], dict]] = {
     "parity": section_parity,
     "grpo": section_grpo,
+    "device_noise": section_device_noise,
     "prefix_sharing": section_prefix_sharing,
     "fsdp": section_fsdp,
     "weight_packing": section_weight_packing,
@@ -423,10 +447,12 @@ def summary(report: dict[str, Any]) -> str:
             m = result["mean"]
             memory = f", peak memory {result['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in result else ""  # fmt: skip
             lines.append(f"grpo: {result['parameters'] / 1e6:.1f}M parameters, {result['prompts']} prompts x K={result['k']}, {result['new_tokens_per_response']} new tokens: {m['step_s']:.3f} s per step (generate {m['generate_s']:.3f}, update {m['update_s']:.3f}, sync {m['sync_s']:.4f}), {m['generated_tokens_per_s']:,.0f} generated tokens/s{memory}")  # fmt: skip
+        elif name == "device_noise":
+            lines.append(f"device noise: generate {result['generate_s']:.3f} s, {result['generated_tokens_per_s']:,.0f} generated tokens/s; same tokens for the same seeds: {result['same_tokens_for_same_seeds']}")  # fmt: skip
         elif name == "prefix_sharing":
             lines.append(f"prefix sharing: update {result['shared_s']:.3f} s shared vs {result['rows_alone_s']:.3f} s rows alone ({result['speedup']:.2f}x)")  # fmt: skip
         elif name == "fsdp":
-            lines.append(f"fsdp: {result['backend']} world size 1, update {result['second_update_s']:.3f} s, weights vs plain max |diff| {result['max_abs_weight_diff_vs_plain_after_one_update']:.2e}")  # fmt: skip
+            lines.append(f"fsdp: {result['backend']} world size 1, update {result['second_update_s']:.3f} s, weights vs plain max |diff| {result['max_abs_weight_diff_vs_plain_after_one_update']:.2e} (the update moved them up to {result['max_abs_weight_change_of_the_update']:.2e})")  # fmt: skip
         elif name == "weight_packing":
             lines.append(f"weight packing: {result['bytes'] / 2**20:,.0f} MiB in {result['buckets']} buckets of {result['bucket_mib']} MiB, {result['gb_per_s']:.1f} GB/s")  # fmt: skip
     lines.append(f"total {report['seconds']:.1f} s")

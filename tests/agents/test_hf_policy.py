@@ -421,3 +421,17 @@ def test_noise_drawn_in_blocks_is_the_per_token_stream(block):
         for row, got in zip([live[i] for i in positions], u, strict=True):
             assert torch.equal(got, torch.rand(vocab, generator=streams[seeds[row]]))
     assert _Noise([None, None], vocab).uniforms([0, 1], 0) is None
+
+
+def test_noise_on_the_models_device_is_an_option_and_equals_the_cpu_stream_on_the_cpu(
+    loaded, prompts
+):
+    """``noise_device="model"`` draws each row's noise where the model is: on a CPU model that
+    is the CPU stream itself (the same tokens); on a GPU, the device's own stream, measured by
+    benchmarks/gpu_check.py. A wrong value is refused."""
+    requests = [GenerationRequest(p, sampled(seed=40 + i, n=10)) for i, p in enumerate(prompts)]
+    cpu = HFPolicy(*loaded).generate(requests)
+    model = HFPolicy(*loaded, noise_device="model").generate(requests)
+    assert [g.token_ids for g in model] == [g.token_ids for g in cpu]
+    with pytest.raises(ValueError, match="noise_device must be 'cpu' or 'model'"):
+        HFPolicy(*loaded, noise_device="gpu")
