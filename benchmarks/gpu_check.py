@@ -17,8 +17,11 @@ next section runs):
   generated tokens per second, peak device memory;
 * ``device_noise``: the same generation with the sampling noise drawn on the model's device
   (``noise_device="model"``) rather than from per-row CPU generators;
+* ``determinism``: the same seeds twice in a row (noise from CPU generators and from the
+  device's), with and without ``torch.use_deterministic_algorithms``;
 * ``prefix_sharing``: the learner's update on the same batch with each prompt's forward shared
-  by its group against every row on its own;
+  by its group against every row on its own; ``prefix_sharing_long``: the same on long prompts
+  (1,024 tokens) with short answers (32), where sharing saves most;
 * ``fsdp``: the learner on an FSDP2-sharded copy (``agents/sharding.py``) in a one-rank
   process group (NCCL for CUDA tensors, gloo for the CPU-side counts): the same update as the
   plain model, its weights compared;
@@ -324,6 +327,70 @@ def section_device_noise(args: argparse.Namespace, device: torch.device, shape: 
     }
 
 
+def section_determinism(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    """Whether the same seeds give the same tokens twice in a row, with the noise from CPU
+    generators and from the device's, and the largest difference between two identical
+    prefill forwards; then the same under ``torch.use_deterministic_algorithms`` (which
+    needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment on CUDA)."""
+    import os
+
+    model, _, _, prompts = args.state["grpo"]
+    rows = shape.prompts * shape.k
+    shape = Shape(shape.prompts, shape.k, shape.prompt_len, min(shape.new_tokens, 32), 1, shape.model)  # fmt: skip
+    out: dict[str, Any] = {
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "new_tokens": shape.new_tokens,
+    }
+    ids = torch.tensor(prompts, device=device)
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
+        try:
+            tag = "deterministic" if deterministic else "default"
+            with torch.no_grad():
+                a, b = (model(input_ids=ids).logits.float() for _ in range(2))
+            out[f"{tag}/prefill_logits_max_abs_diff"] = float((a - b).abs().max())
+            for noise in ("cpu", "model"):
+                policy = HFPolicy(model, None, max_batch=rows, noise_device=noise)
+                first, second = (generate(policy, prompts, shape, 0) for _ in range(2))
+                same = [g.token_ids for g in first] == [g.token_ids for g in second]
+                out[f"{tag}/{noise}_noise_same_tokens"] = same
+                out[f"{tag}/{noise}_noise_rows_identical"] = sum(
+                    x.token_ids == y.token_ids for x, y in zip(first, second, strict=True)
+                )
+        finally:
+            torch.use_deterministic_algorithms(False)
+    out["rows"] = rows
+    return out
+
+
+def section_prefix_sharing_long(
+    args: argparse.Namespace, device: torch.device, shape: Shape
+) -> dict:
+    """Prefix sharing where prompts are long beside their answers (1,024 prompt tokens, 32
+    response tokens; the dry mode: 32 and 4), on random tokens: no generation needed."""
+    from forkgym.agents.policy import Generation
+
+    model = args.state["grpo"][0]
+    long = Shape(shape.prompts, shape.k, 32 if args.dry else 1024, 4 if args.dry else 32, 1, shape.model)  # fmt: skip
+    prompts = prompts_for(long, shape.model["vocab_size"], seed=3)
+    g = torch.Generator().manual_seed(4)
+    answers = torch.randint(1, shape.model["vocab_size"], (long.prompts * long.k, long.new_tokens), generator=g)  # fmt: skip
+    gens = [Generation(tuple(a.tolist()), tuple([-1.0] * long.new_tokens), "length") for a in answers]  # fmt: skip
+    batch = rollout_batch(prompts, gens, long.k, 0)
+    tokens = TokenBatch.from_rollouts(batch, 0)
+    advantages = build_algorithm(learner_config(long, device), model).advantages(batch, tokens)
+    start = copy.deepcopy(model.state_dict())
+    out: dict[str, Any] = {"prompt_tokens": long.prompt_len, "response_tokens": long.new_tokens}
+    for share in (False, True):
+        model.load_state_dict(start)
+        config = learner_config(long, device, prefix_sharing=share)
+        seconds, _ = _update_seconds(model, tokens, advantages.rows, config, repeats=2)
+        out["shared_s" if share else "rows_alone_s"] = seconds
+    model.load_state_dict(start)
+    out["speedup"] = out["rows_alone_s"] / out["shared_s"]
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -404,7 +471,9 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device, Shape], dict]] =
     "parity": section_parity,
     "grpo": section_grpo,
     "device_noise": section_device_noise,
+    "determinism": section_determinism,
     "prefix_sharing": section_prefix_sharing,
+    "prefix_sharing_long": section_prefix_sharing_long,
     "fsdp": section_fsdp,
     "weight_packing": section_weight_packing,
 }
@@ -451,6 +520,11 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"device noise: generate {result['generate_s']:.3f} s, {result['generated_tokens_per_s']:,.0f} generated tokens/s; same tokens for the same seeds: {result['same_tokens_for_same_seeds']}")  # fmt: skip
         elif name == "prefix_sharing":
             lines.append(f"prefix sharing: update {result['shared_s']:.3f} s shared vs {result['rows_alone_s']:.3f} s rows alone ({result['speedup']:.2f}x)")  # fmt: skip
+        elif name == "determinism":
+            facts = ", ".join(f"{k} {v}" for k, v in result.items() if "/" in k)
+            lines.append(f"determinism (same seeds twice, {result['rows']} rows): {facts}")
+        elif name == "prefix_sharing_long":
+            lines.append(f"prefix sharing, {result['prompt_tokens']}-token prompts and {result['response_tokens']}-token answers: update {result['shared_s']:.3f} s shared vs {result['rows_alone_s']:.3f} s rows alone ({result['speedup']:.2f}x)")  # fmt: skip
         elif name == "fsdp":
             lines.append(f"fsdp: {result['backend']} world size 1, update {result['second_update_s']:.3f} s, weights vs plain max |diff| {result['max_abs_weight_diff_vs_plain_after_one_update']:.2e} (the update moved them up to {result['max_abs_weight_change_of_the_update']:.2e})")  # fmt: skip
         elif name == "weight_packing":
@@ -465,12 +539,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", help="tiny shapes (CI on the CPU)")
     parser.add_argument("--out", default="runs/gpu_check", help="folder for the JSON and text")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated")
+    parser.add_argument("--steps", type=int, default=None, help="timed GRPO steps (default 3)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; run with --device cpu --dry for the dry mode")
         return 2
     shape = DRY if args.dry else FULL
+    if args.steps is not None:
+        shape = Shape(shape.prompts, shape.k, shape.prompt_len, shape.new_tokens, args.steps, shape.model)  # fmt: skip
     args.state = {}
     report: dict[str, Any] = {"environment": environment(device), "sections": {}}
     start = time.perf_counter()

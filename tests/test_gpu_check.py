@@ -20,11 +20,12 @@ def test_the_gpu_check_runs_every_section_in_its_dry_mode(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     sections = report["sections"]
-    assert set(sections) == {"parity", "grpo", "device_noise", "prefix_sharing", "fsdp", "weight_packing"}  # fmt: skip
+    assert set(sections) == {"parity", "grpo", "device_noise", "determinism", "prefix_sharing", "prefix_sharing_long", "fsdp", "weight_packing"}  # fmt: skip
     assert not [name for name, r in sections.items() if "error" in r]
     assert sections["parity"]["max_abs_logprob_diff_device_shared_vs_full_fp32"] < 1e-4
     assert sections["grpo"]["mean"]["tokens_trained"] > 0
-    assert sections["device_noise"]["same_tokens_for_same_seeds"]
+    assert sections["device_noise"]["same_tokens_for_same_seeds"]  # on the CPU, always
+    assert sections["determinism"]["default/cpu_noise_same_tokens"]
     fsdp = sections["fsdp"]
     assert fsdp["sharded"] and fsdp["max_abs_weight_change_of_the_update"] > 0
     assert fsdp["max_abs_weight_diff_vs_plain_after_one_update"] <= 1e-5
