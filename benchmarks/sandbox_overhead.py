@@ -1,6 +1,7 @@
-"""Per-call cost of the Python tool's OS sandbox (bubblewrap, seccomp, uid nobody) beside the
-interpreter-only mode it replaced (``isolation="unsafe-local"``: the same runner, limits and
-audit hook, no OS walls), in one run.
+"""Per-call cost of the Python tool's OS sandbox (bubblewrap, seccomp, a uid and a cgroup per
+call, a scratch tmpfs) beside the interpreter-only mode it replaced
+(``isolation="unsafe-local"``: the same runner, rlimits and audit hook, no OS walls), in one
+run. The first line says how this machine bounds a call (a cgroup, or rlimits alone).
 
 Each mode runs ``--calls`` tool calls of two programs, interleaved so that a busy machine
 slows both alike: a trivial one (``print(6 * 7)``, the fixed cost of a call) and a small
@@ -19,7 +20,7 @@ import sys
 import time
 
 from forkgym.envs.isolation import available
-from forkgym.envs.sandbox import SandboxLimits, run_python
+from forkgym.envs.sandbox import SandboxLimits, containment, run_python
 
 PROGRAMS = {
     "print(6 * 7)": "print(6 * 7)",
@@ -41,6 +42,8 @@ def main() -> int:
         print(f"sandbox_overhead: {problem}")
         return 0
     limits = SandboxLimits()
+    info = containment(limits, "bwrap")
+    print(f"sandbox: {info['accounting']}, uid {info['uid']}")
     times: dict[tuple[str, str], list[float]] = {(m, p): [] for m in MODES for p in PROGRAMS}
     for mode in MODES:  # warm-up: imports, page cache
         run_python("pass", limits, isolation=mode)
