@@ -164,9 +164,9 @@ class _Streams:
 
     def __init__(self, code: str, limit: int) -> None:
         self.limit = limit
-        self.stdin_r, self.stdin_w = os.pipe2(os.O_CLOEXEC)
-        self.out_r, self.out_w = os.pipe2(os.O_CLOEXEC)
-        self.err_r, self.err_w = os.pipe2(os.O_CLOEXEC)
+        self.stdin_r, self.stdin_w = os.pipe()  # (not inherited but by the child's 0, 1, 2)
+        self.out_r, self.out_w = os.pipe()
+        self.err_r, self.err_w = os.pipe()
         self.pending = memoryview(code.encode("utf-8", errors="surrogatepass"))
         self.data = {self.out_r: bytearray(), self.err_r: bytearray()}
         self.readers = [self.out_r, self.err_r]
@@ -208,29 +208,43 @@ class _Streams:
         self.readers.remove(fd)
         return False
 
-    def serve(self, until: int, deadline: float) -> bool:
-        """Feed stdin and read stdout/stderr until fd ``until`` (the process's pidfd) is
-        readable (True) or ``deadline`` passes (False)."""
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            writers = [self.stdin_w] if self.stdin_w >= 0 else []
-            readable, writable, _ = select.select([*self.readers, until], writers, [], remaining)
-            for fd in readable:
-                if fd == until:
+    def serve(self, proc: subprocess.Popen, deadline: float) -> bool:
+        """Feed stdin and read stdout/stderr until ``proc`` exits (True) or ``deadline``
+        passes (False). A pidfd wakes the loop the moment it exits (``Popen.wait`` would poll
+        with sleeps that add milliseconds to every call); without one, it polls."""
+        pidfd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if pidfd is None:
+                    if proc.poll() is not None:
+                        return True
+                    remaining = min(remaining, 0.005)
+                writers = [self.stdin_w] if self.stdin_w >= 0 else []
+                waits = [*self.readers, *([pidfd] if pidfd is not None else [])]
+                readable, writable, _ = select.select(waits, writers, [], remaining)
+                if pidfd is not None and pidfd in readable:
                     return True
-                self._read(fd)
-            if writable:
-                try:
-                    sent = os.write(self.stdin_w, self.pending[:_CHUNK])
-                except BrokenPipeError:  # it exited (or was killed) before reading all
-                    sent = len(self.pending)
-                except BlockingIOError:
-                    sent = 0
-                self.pending = self.pending[sent:]
-                if not self.pending:
-                    self._close_stdin()
+                for fd in readable:
+                    self._read(fd)
+                self._feed(writable)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _feed(self, writable: list[int]) -> None:
+        if writable:
+            try:
+                sent = os.write(self.stdin_w, self.pending[:_CHUNK])
+            except BrokenPipeError:  # it exited (or was killed) before reading all
+                sent = len(self.pending)
+            except BlockingIOError:
+                sent = 0
+            self.pending = self.pending[sent:]
+            if not self.pending:
+                self._close_stdin()
 
     def drain(self) -> None:
         """Read what is left: the writers are gone (or, unsandboxed, may linger: stop at an
@@ -259,15 +273,6 @@ class _Streams:
         for fd in self.readers:
             os.close(fd)
         self.readers = []
-
-
-def _wait_exit(proc: subprocess.Popen, streams: _Streams, timeout: float) -> bool:
-    """Serve the pipes until the process exits (True) or ``timeout`` passes (False)."""
-    fd = os.pidfd_open(proc.pid)
-    try:
-        return streams.serve(fd, time.monotonic() + timeout)
-    finally:
-        os.close(fd)
 
 
 def _children(pid: int) -> list[int]:
@@ -400,7 +405,7 @@ def _run_bwrap(
     }
     streams = _Streams(code, limits.output_bytes)
     seccomp_fd = os.memfd_create("forkgym-seccomp", os.MFD_CLOEXEC)
-    info_r, info_w = os.pipe2(os.O_CLOEXEC)
+    info_r, info_w = os.pipe()
     ours = [info_r]
     theirs = [seccomp_fd, info_w]
     proc = None
@@ -442,7 +447,7 @@ def _run_bwrap(
             except OSError as exc:  # no code was sent: it must not run outside the group
                 joined = f"the sandbox could not join its cgroup: {exc}"
                 return _unavailable(joined)
-        timed_out = not _wait_exit(proc, streams, limits.wall_seconds)
+        timed_out = not streams.serve(proc, time.monotonic() + limits.wall_seconds)
     finally:
         if group is not None:
             with contextlib.suppress(OSError):
@@ -497,7 +502,7 @@ def _run_unsafe(code: str, limits: SandboxLimits, seed: int) -> SandboxResult:
             close_fds=True,
         )
         streams.started()
-        timed_out = not _wait_exit(proc, streams, limits.wall_seconds)
+        timed_out = not streams.serve(proc, time.monotonic() + limits.wall_seconds)
     finally:
         if proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):

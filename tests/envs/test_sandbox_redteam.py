@@ -14,12 +14,14 @@ through ``/proc/self/comm``) sampled every few milliseconds during the call.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -232,14 +234,11 @@ def test_control_without_the_os_walls_the_hosts_packages_import():
 # -- the host's files, memory, environment, network, processes ---------------------------------
 
 
-def test_dir_fd_writes_links_and_removes_cannot_reach_the_host(tmp_path):
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep me")
-    code = f"""
+DIR_FD = """
 import os
 for attempt in ("open", "link", "remove"):
     try:
-        d = os.open({str(tmp_path)!r}, os.O_RDONLY)
+        d = os.open({dir!r}, os.O_RDONLY)
         if attempt == "open":
             os.close(os.open("pwned", os.O_WRONLY | os.O_CREAT, dir_fd=d))
         elif attempt == "link":
@@ -250,19 +249,25 @@ for attempt in ("open", "link", "remove"):
     except OSError as exc:
         print(attempt, "failed", exc)
 """
-    reply, _, _ = attack(code)
+
+
+def test_dir_fd_writes_links_and_removes_cannot_reach_the_host(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    reply, _, _ = attack(DIR_FD.format(dir=str(tmp_path)))
     assert "succeeded" not in reply, reply
     assert victim.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.txt"]
 
 
-def test_setns_into_the_parents_network_cannot_reach_its_loopback():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    listener.settimeout(0.5)
-    port = listener.getsockname()[1]
-    code = f"""
+def test_control_without_the_os_walls_dir_fd_writes_reach_the_host(tmp_path):
+    (tmp_path / "victim.txt").write_text("keep me")
+    reply, _, _ = attack(DIR_FD.format(dir=str(tmp_path)), isolation="unsafe-local")
+    assert "remove succeeded" in reply, reply
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pwned", "pwned-link"]
+
+
+SETNS = """
 import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 for pid in (os.getppid(), 1):
@@ -277,14 +282,37 @@ try:
 except OSError as exc:
     print("no connection", exc)
 """
+
+
+def _listener() -> socket.socket:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    return listener
+
+
+def test_setns_into_the_parents_network_cannot_reach_its_loopback():
+    listener = _listener()
     try:
-        reply, _, _ = attack(code)
+        reply, _, _ = attack(SETNS.format(port=listener.getsockname()[1]))
         with pytest.raises(TimeoutError):
             listener.accept()
     finally:
         listener.close()
     assert "connected\n" not in reply and "no connection" in reply, reply
     assert not re.search(r"setns \d+ 0 ", reply)  # every setns failed
+
+
+@pytest.mark.skipif(not ROOT, reason="setns needs root outside the sandbox")
+def test_control_without_the_os_walls_setns_reaches_the_parents_loopback():
+    listener = _listener()
+    try:
+        reply, _, _ = attack(SETNS.format(port=listener.getsockname()[1]), isolation="unsafe-local")
+        listener.accept()[0].close()
+    finally:
+        listener.close()
+    assert "connected\n" in reply, reply
 
 
 SOCKETS = """
@@ -383,6 +411,28 @@ print("forks", forks)
         assert not _slot_uid_processes(), "a process of a sandbox uid is still running"
 
 
+def test_control_without_the_os_walls_a_child_outlives_the_call():
+    marker = _marker()
+    code = (
+        _named(marker)
+        + """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(30)
+    os._exit(0)
+time.sleep(0.2)
+"""
+    )
+    attack(code, isolation="unsafe-local")
+    survivors = _processes(marker)
+    for pid in survivors:
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    assert survivors  # it left its session, so the kill of the call's session missed it
+
+
 def test_signals_priorities_and_affinity_cannot_touch_the_environment():
     me = os.getpid()
     nice = os.getpriority(os.PRIO_PROCESS, me)
@@ -410,11 +460,13 @@ for what, fn in (
     assert "42" in obs["messages"][-1]["content"]
 
 
-def test_the_parents_environment_variables_are_out_of_reach():
-    # this process's environment as /proc shows it (what an escaped child would read)
+def _our_environment() -> list[str]:
+    """This process's environment as /proc shows it (what an escaped child would read)."""
     ours = Path(f"/proc/{os.getpid()}/environ").read_bytes().split(b"\0")
-    entries = [e.decode("latin-1") for e in ours if len(e) > 16]
-    code = """
+    return [e.decode("latin-1") for e in ours if len(e) > 16]
+
+
+ENVIRON = """
 import os
 for pid in sorted({os.getppid(), 1} | {int(p) for p in os.listdir('/proc') if p.isdigit()}):
     try:
@@ -423,8 +475,21 @@ for pid in sorted({os.getppid(), 1} | {int(p) for p in os.listdir('/proc') if p.
         print(pid, exc)
 print(dict(os.environ))
 """
-    reply, _, _ = attack(code)
+
+
+def test_the_parents_environment_variables_are_out_of_reach():
+    entries = _our_environment()
+    reply, _, _ = attack(ENVIRON)
     assert entries and not [e for e in entries if e in reply]
+
+
+def test_control_without_the_os_walls_the_parents_environment_is_read():
+    entries = _our_environment()
+    parent_only = ENVIRON.replace("{os.getppid(), 1} | {int(p) for p in os.listdir('/proc') if p.isdigit()}", "{os.getppid()}")  # fmt: skip
+    reply, _, _ = attack(
+        parent_only, isolation="unsafe-local"
+    )  # (one process: the reply is clipped)
+    assert [e for e in entries if e in reply], reply
 
 
 def test_files_outside_the_scratch_directory_are_invisible(tmp_path):
@@ -495,6 +560,12 @@ def test_the_reward_cannot_be_read_from_the_environments_memory():
         guess = candidates[0] if candidates else "0"
         _, reward, *_ = env.step(f"The answer is $\\boxed{{{guess}}}$.")
         assert reward < 1.0
+
+
+def test_control_without_the_os_walls_the_reward_is_read_from_memory():
+    parent_only = MEMORY_SCAN.replace("{os.getppid(), 1} | {int(p) for p in os.listdir('/proc') if p.isdigit()}", "{os.getppid()}")  # fmt: skip
+    reply, _, env = attack(parent_only, isolation="unsafe-local", cpu_seconds=5)
+    assert f"'{env.unwrapped.task.answer}'" in reply.split("FOUND", 1)[-1], reply[-500:]
 
 
 # -- disk: nothing of a call lands on the host's --------------------------------------------------
