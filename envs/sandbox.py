@@ -294,8 +294,8 @@ def _join(group: cgroups.CallGroup, init: int) -> None:
     nothing else), and a fork during the move lands in one group or the other, never
     between: once both are moved, everything the code will start is in the group.
 
-    Not a ``--block-fd`` wait: a move into a cgroup waits for an RCU grace period (about
-    10 ms here), which the interpreter's start-up now overlaps."""
+    Not a ``--block-fd`` wait before the runner starts: a move into a cgroup waits for an
+    RCU grace period (milliseconds), which the interpreter's start-up now overlaps."""
     group.add(init)
     for child in _children(init):
         group.add(child)
@@ -350,6 +350,11 @@ def _classify(
     return "tool_ok", "ok"
 
 
+def _close_quietly(group: cgroups.CallGroup) -> None:
+    with contextlib.suppress(OSError):
+        group.close()
+
+
 def _unavailable(why: str) -> SandboxResult:
     return SandboxResult("tool_error", "", why, None, "sandbox_unavailable", 0.0)
 
@@ -376,7 +381,9 @@ def run_python(
                     budget.tasks + 1,  # and bubblewrap's init
                     name=f"slot-{uid}" if uid is not None else "",
                 )
-                stack.callback(group.close)  # before the uid is released: LIFO
+                # before the uid is released (LIFO); a group the kernel cannot empty in
+                # seconds is left to be reaped when its name is used again
+                stack.callback(_close_quietly, group)
         except (SlotsBusy, OSError, ValueError) as exc:
             result = _unavailable(f"the sandbox could not start: {exc}")
         else:
