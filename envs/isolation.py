@@ -194,10 +194,11 @@ class View:
 
 @functools.cache
 def sandbox_view() -> View:
-    """The interpreter, its standard library and shared library, the system's shared
-    libraries (``/usr/lib/<multiarch>``, ``/usr/lib64``), ``ld.so.cache``, the time zone
-    database and, as root, ``setpriv``: nothing else of ``/usr`` (no other programs, no other
-    Python installation). The third-party package directories those include (the base
+    """The interpreter, its standard library and shared libraries (an installation of its own,
+    such as pyenv's or conda's: its whole ``lib``), the system's shared libraries
+    (``/usr/lib/<multiarch>``, ``/usr/lib64``), ``ld.so.cache``, the time zone database and,
+    as root, ``setpriv``: nothing else of ``/usr`` (no other programs, no other Python
+    installation). The third-party package directories those include (the base
     installation's ``site-packages``, ``dist-packages``) are hidden, so only the standard
     library imports."""
     import glob
@@ -213,8 +214,10 @@ def sandbox_view() -> View:
         os.path.realpath(sysconfig.get_path(k, vars=names)) for k in ("stdlib", "platstdlib")
     )
     soname = sysconfig.get_config_var("INSTSONAME")
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if sysconfig.get_config_var("Py_ENABLE_SHARED") and soname and libdir:
+    libdir = os.path.realpath(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    if libdir.startswith(os.path.realpath(sys.base_prefix) + os.sep) and not libdir.startswith("/usr/"):  # fmt: skip
+        binds.add(libdir)  # an installation's own lib (libpython; a conda one's libssl, libffi...)
+    elif sysconfig.get_config_var("Py_ENABLE_SHARED") and soname:
         binds.add(os.path.join(libdir, soname))
     links = []
     multiarch = sysconfig.get_config_var("MULTIARCH") or ""
