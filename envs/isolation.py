@@ -152,6 +152,32 @@ def available() -> str | None:
         seccomp_program()
     except SandboxUnavailable as exc:
         return str(exc)
+    return _probe()
+
+
+def _probe() -> str | None:
+    """Run bubblewrap once with what the sandbox needs of it (the namespaces, a sized tmpfs,
+    a user namespace when not root): an old bubblewrap or a kernel that refuses unprivileged
+    user namespaces says so here, not in every tool call."""
+    import subprocess
+
+    cmd = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent"]
+    cmd += ["--ro-bind", "/", "/", "--perms", "0777", "--size", "4096", "--tmpfs", "/tmp"]
+    cmd += ["--remount-ro", "/"] + ([] if os.geteuid() == 0 else ["--unshare-user"])
+    cmd += ["--", shutil.which("true") or "/bin/true"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}; {INSTALL_HINT}"
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return (
+            f"bubblewrap cannot build the sandbox here ({why}): it needs a bubblewrap with "
+            "--size and --perms (Debian 12's 0.8 has both) and, run by a user, "
+            "unprivileged user namespaces (kernel."
+            "unprivileged_userns_clone, or AppArmor's kernel.apparmor_restrict_unprivileged_"
+            "userns on Ubuntu); or pass isolation='unsafe-local' (not a sandbox)"
+        )
     return None
 
 
