@@ -723,12 +723,21 @@ def _memory_attack(isolation: str, memory_mb: int = 128):
     return reply, info, max(pss.values), available.values[0] - min(available.values)
 
 
+# The runner's own start-up pages (a few MiB, before any code is sent) are charged where it
+# started, before its move into the call's group: what the call's processes hold may exceed
+# the group's limit by those.
+STARTUP = 8 * MiB
+
+
 def test_memory_is_bounded_across_all_the_calls_processes():
     """Three forked children each touching 100 MiB held 1,267 MiB against ``memory_mb=512``
-    (``RLIMIT_AS`` is per process): now the call's cgroup counts them together."""
+    (``RLIMIT_AS`` is per process): now the call's cgroup counts them together. Measured from
+    the host: what the call's processes hold (their proportional set size). The host's free
+    memory is reported too, but on a machine shared with other work it moves by hundreds of
+    MiB either way during one call, so it decides nothing."""
     reply, _, peak, fallen = _memory_attack("auto")
-    assert peak <= 128 * MiB, f"{peak / MiB:.0f} MiB held\n{reply}"
-    assert fallen < 250 * MiB, f"host free memory fell {fallen / MiB:.0f} MiB\n{reply}"
+    held = f"{peak / MiB:.0f} MiB held, host free memory fell {fallen / MiB:.0f} MiB\n{reply}"
+    assert peak <= 128 * MiB + STARTUP, held
     assert reply.count("child held 0") <= 1, reply
 
 
@@ -737,7 +746,7 @@ def test_memory_is_bounded_without_a_cgroup_by_dividing_the_budget(no_cgroup):
     assert info["sandbox"]["accounting"] == "rlimits" and "no writable cgroup" in info["sandbox"]["note"]  # fmt: skip
     tasks, share = info["sandbox"]["tasks"], info["sandbox"]["process_memory_mb"]
     assert tasks * share + info["sandbox"]["scratch_mb"] <= 128
-    assert peak <= 128 * MiB, f"{peak / MiB:.0f} MiB held\n{reply}"
+    assert peak <= 128 * MiB + STARTUP, f"{peak / MiB:.0f} MiB held\n{reply}"
     assert "child held 0" not in reply, reply
 
 
@@ -1173,7 +1182,7 @@ def test_a_user_without_root_gets_the_rlimit_fallback_and_a_planted_tree_stays_i
     assert "planted in /scratch" in plant
     assert oct(victim.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in user_dir.iterdir()) == ["victim.txt"]
-    assert max(pss.values) <= 128 * MiB and "child held 0" not in children, children
+    assert max(pss.values) <= 128 * MiB + STARTUP and "child held 0" not in children, children
     assert int(re.search(r"forks (\d+)", bomb).group(1)) < sandbox["tasks"], bomb
     assert "uid 65534" in identity and "CapBnd 0000000000000000" in identity
 
