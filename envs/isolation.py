@@ -7,11 +7,13 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
 * **namespaces**: new PID (the environment process and everything else on the host are
   invisible; the code's parent is the sandbox's own init), network (no interface but an
   unconnected loopback), IPC, UTS and cgroup namespaces, and a new session (no terminal);
-* **filesystem**: only what the interpreter needs (``/usr``, ``/lib*``, ``/bin``, the
-  Python installation), read-only, with every ``site-packages`` and ``dist-packages``
-  directory among them covered by an empty read-only mount (the standard library is all
-  that imports); ``/proc`` of the new PID namespace; nothing of the project, the home
-  directory or ``/work``; the root, ``/dev`` and the rest read-only. The one writable place
+* **filesystem** (:func:`sandbox_view`): only what the interpreter needs (itself, its
+  standard library and shared libraries, the system's shared libraries, ``ld.so.cache``,
+  the time zone database; as root ``setpriv``), read-only, with every ``site-packages`` and
+  ``dist-packages`` directory among them covered by an empty read-only mount (the standard
+  library is all that imports); ``/proc`` of the new PID namespace; nothing else of
+  ``/usr``, nothing of the project, the home directory or ``/work``; the root and ``/dev``
+  read-only. The one writable place
   is ``/scratch`` (the working directory; ``/tmp`` links to it), a tmpfs of a fixed size
   that bubblewrap mounts inside the sandbox: what the code writes is memory of the call
   (counted in its cgroup), never the host's disk, and it vanishes with the sandbox's mount
@@ -24,12 +26,12 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
   every capability, the bounding set included;
 * **seccomp** (:func:`seccomp_program`, built with libseccomp): ``ptrace``,
   ``process_vm_readv``/``writev``, ``setns``, ``unshare``, ``mount`` and the rest of the
-  kernel surface that namespaces do not cover fail with ``EPERM``, a ``clone`` that asks
-  for a new namespace is refused, sockets of any family but ``AF_UNIX``, ``AF_INET`` and
-  ``AF_INET6`` (``AF_VSOCK``, ``AF_NETLINK``, ``AF_PACKET``, ...) fail with
-  ``EAFNOSUPPORT``, and so do the memory no limit counts outside a cgroup (``memfd_create``,
-  System V shared memory and message queues: ``EPERM``); other architectures' system call
-  ABIs (i386, x32) kill the process;
+  kernel surface that namespaces do not cover fail with ``EPERM``, and so do
+  ``memfd_create`` and System V shared memory and message queues (memory no rlimit counts
+  outside a cgroup); a ``clone`` that asks for a new namespace is refused; sockets of any
+  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (``AF_VSOCK``, ``AF_NETLINK``,
+  ``AF_PACKET``, ...) fail with ``EAFNOSUPPORT``; other architectures' system call ABIs
+  (i386, x32) kill the process;
 * **limits** are set per call by :mod:`forkgym.envs.sandbox` (a cgroup, or rlimits where no
   cgroup is writable) and the caller kills the whole sandbox at its wall-clock limit
   (``--die-with-parent``: when bubblewrap dies the PID namespace and everything in it goes).
