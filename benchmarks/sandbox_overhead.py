@@ -1,11 +1,14 @@
-"""Per-call cost of the Python tool's OS sandbox (bubblewrap, seccomp, uid nobody) beside the
-interpreter-only mode it replaced (``isolation="unsafe-local"``: the same runner, limits and
-audit hook, no OS walls), in one run.
+"""Per-call cost of the Python tool's OS sandbox (bubblewrap, seccomp, a uid and a cgroup per
+call, a scratch tmpfs) beside the interpreter-only mode it replaced
+(``isolation="unsafe-local"``: the same runner, rlimits and audit hook, no OS walls), in one
+run. The first line says how this machine bounds a call (a cgroup, or rlimits alone).
 
 Each mode runs ``--calls`` tool calls of two programs, interleaved so that a busy machine
 slows both alike: a trivial one (``print(6 * 7)``, the fixed cost of a call) and a small
 computation (a prime sieve to 50,000, what the env's gold programs do). The median and the
-90th percentile of the wall time per call are printed, and the sandbox's extra cost.
+90th percentile of the wall time per call are printed, and the sandbox's extra cost: the
+difference of the medians, and the median of each sandboxed call's difference from the
+unsandboxed call just before it (paired: steadier when other work comes and goes).
 
 Run: ``python benchmarks/sandbox_overhead.py [--calls 40]`` (needs bubblewrap:
 ``apt-get install bubblewrap``).
@@ -14,12 +17,13 @@ Run: ``python benchmarks/sandbox_overhead.py [--calls 40]`` (needs bubblewrap:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 
 from forkgym.envs.isolation import available
-from forkgym.envs.sandbox import SandboxLimits, run_python
+from forkgym.envs.sandbox import SandboxLimits, containment, run_python
 
 PROGRAMS = {
     "print(6 * 7)": "print(6 * 7)",
@@ -41,6 +45,8 @@ def main() -> int:
         print(f"sandbox_overhead: {problem}")
         return 0
     limits = SandboxLimits()
+    info = containment(limits, "bwrap")
+    print(f"sandbox: {info['accounting']}, uid {info['uid']}")
     times: dict[tuple[str, str], list[float]] = {(m, p): [] for m in MODES for p in PROGRAMS}
     for mode in MODES:  # warm-up: imports, page cache
         run_python("pass", limits, isolation=mode)
@@ -63,7 +69,11 @@ def main() -> int:
             p90 = values[int(0.9 * (len(values) - 1))] * 1000
             print(f"{name:<18}{mode:<14}{medians[mode]:>10.1f}{p90:>9.1f}")
         extra = medians["bwrap"] - medians["unsafe-local"]
-        print(f"{'':<18}{'OS sandbox':<14}{extra:>+10.1f} ms per call")
+        # each bwrap call beside the unsafe call just before it: robust to load that changes
+        pairs = zip(times[("bwrap", name)], times[("unsafe-local", name)], strict=True)
+        paired = statistics.median(b - u for b, u in pairs) * 1000
+        print(f"{'':<18}{'OS sandbox':<14}{extra:>+10.1f} ms per call ({paired:+.1f} paired)")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     return 0
 
 

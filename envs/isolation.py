@@ -1,4 +1,4 @@
-"""Operating-system isolation for model-written code: bubblewrap, an unprivileged uid, seccomp.
+"""Operating-system isolation for model-written code: bubblewrap, a uid per call, seccomp.
 
 An audit hook or any other check inside the interpreter is not a sandbox: the code it guards
 can switch it off. The walls here are the kernel's, set up by bubblewrap (``bwrap``, a small,
@@ -7,19 +7,33 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
 * **namespaces**: new PID (the environment process and everything else on the host are
   invisible; the code's parent is the sandbox's own init), network (no interface but an
   unconnected loopback), IPC, UTS and cgroup namespaces, and a new session (no terminal);
-* **filesystem**: only what the interpreter needs (``/usr``, ``/lib*``, ``/bin``, the
-  Python installation), read-only; a private ``/tmp``; one writable scratch directory;
-  ``/proc`` of the new PID namespace; nothing of the project, the home directory or ``/work``;
-* **identity**: run as root, the sandbox drops to uid/gid 65534 (``nobody``) with no
-  supplementary groups, no capabilities (bounding set emptied) and ``no_new_privs``, by
-  ``setpriv`` inside the sandbox; run as another user, bubblewrap maps that user into a new
-  user namespace and drops every capability;
+* **filesystem** (:func:`sandbox_view`): only what the interpreter needs (itself, its
+  standard library and shared libraries, the system's shared libraries, ``ld.so.cache``,
+  the time zone database; as root ``setpriv``), read-only, with every ``site-packages`` and
+  ``dist-packages`` directory among them covered by an empty read-only mount (the standard
+  library is all that imports); ``/proc`` of the new PID namespace; nothing else of
+  ``/usr``, nothing of the project, the home directory or ``/work``; the root and ``/dev``
+  read-only. The one writable place
+  is ``/scratch`` (the working directory; ``/tmp`` links to it), a tmpfs of a fixed size
+  that bubblewrap mounts inside the sandbox: what the code writes is memory of the call
+  (counted in its cgroup), never the host's disk, and it vanishes with the sandbox's mount
+  namespace, so the host never walks a tree the code built;
+* **identity**: run as root, the sandbox drops to the call's own uid and gid (one per
+  concurrent call, :mod:`forkgym.envs.uid_slots`) with no supplementary groups, no
+  capabilities (the bounding set emptied: ``setpriv`` keeps ``CAP_SETPCAP`` just long
+  enough to clear it) and ``no_new_privs``; run as another user, bubblewrap maps that user
+  to 65534 in a new user namespace (whose process count is the sandbox's own) and drops
+  every capability, the bounding set included;
 * **seccomp** (:func:`seccomp_program`, built with libseccomp): ``ptrace``,
   ``process_vm_readv``/``writev``, ``setns``, ``unshare``, ``mount`` and the rest of the
-  kernel surface that namespaces do not cover fail with ``EPERM``, and a ``clone`` that asks
-  for a new namespace is refused;
-* **limits** are set by the runner (CPU seconds, address space, file size, open files,
-  processes, no core dumps) and the caller kills the whole sandbox at its wall-clock limit
+  kernel surface that namespaces do not cover fail with ``EPERM``, and so do
+  ``memfd_create`` and System V shared memory and message queues (memory no rlimit counts
+  outside a cgroup); a ``clone`` that asks for a new namespace is refused; sockets of any
+  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (``AF_VSOCK``, ``AF_NETLINK``,
+  ``AF_PACKET``, ...) fail with ``EAFNOSUPPORT``; other architectures' system call ABIs
+  (i386, x32) kill the process;
+* **limits** are set per call by :mod:`forkgym.envs.sandbox` (a cgroup, or rlimits where no
+  cgroup is writable) and the caller kills the whole sandbox at its wall-clock limit
   (``--die-with-parent``: when bubblewrap dies the PID namespace and everything in it goes).
 
 :func:`available` says whether this machine can do all of that; where it cannot, the
@@ -34,16 +48,21 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "ISOLATIONS",
     "NOBODY",
+    "SOCKET_FAMILIES",
     "SandboxUnavailable",
     "available",
     "bwrap_command",
+    "child_pid",
+    "hidden_package_dirs",
     "make_non_dumpable",
     "resolve",
+    "sandbox_view",
     "seccomp_program",
     "wait_for_sandbox",
 ]
@@ -56,7 +75,9 @@ INSTALL_HINT = (
     "with interpreter-level checks only (not a sandbox: do not train on it)"
 )
 
-# syscalls a sandboxed program never needs and an escape would: EPERM
+# syscalls a sandboxed program never needs and an escape would: EPERM. memfd_create and
+# System V shared memory and message queues hold memory that rlimits do not count (a memfd
+# takes fallocate(FALLOC_FL_KEEP_SIZE) past RLIMIT_FSIZE, without bound).
 _DENIED = (
     "ptrace", "process_vm_readv", "process_vm_writev", "setns", "unshare", "mount",
     "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsmount",
@@ -66,11 +87,16 @@ _DENIED = (
     "swapoff", "reboot", "acct", "quotactl", "syslog", "iopl", "ioperm", "lookup_dcookie",
     "io_uring_setup", "io_uring_enter", "io_uring_register", "pidfd_getfd", "kcmp",
     "sethostname", "setdomainname", "settimeofday", "clock_settime", "adjtimex",
-    "clock_adjtime", "nfsservctl", "vhangup", "uselib", "personality",
+    "clock_adjtime", "nfsservctl", "vhangup", "uselib", "personality", "memfd_create",
+    "memfd_secret", "shmget", "msgget",
 )  # fmt: skip
 # CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS,
 # CLONE_NEWCGROUP
 _NAMESPACE_FLAGS = (0x10000000, 0x00020000, 0x40000000, 0x20000000, 0x08000000, 0x04000000, 0x02000000)  # fmt: skip
+# socket families the sandbox may create: AF_UNIX, AF_INET, AF_INET6 (its network namespace
+# has only a loopback); AF_MAX is 46 on Linux 6.x, and every larger number is refused too
+SOCKET_FAMILIES = (1, 2, 10)
+_AF_LAST = 63
 
 
 class SandboxUnavailable(RuntimeError):
@@ -94,6 +120,14 @@ def seccomp_program() -> bytes:
     flt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     for flag in _NAMESPACE_FLAGS:  # a clone asking for any new namespace
         flt.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))  # fmt: skip
+    # the socket family is the first argument, compared as the full 64-bit register: any
+    # value but the three allowed ones (upper bits set included) is refused
+    refuse = seccomp.ERRNO(errno.EAFNOSUPPORT)
+    for call in ("socket", "socketpair"):
+        for family in range(_AF_LAST + 1):
+            if family not in SOCKET_FAMILIES:
+                flt.add_rule(refuse, call, seccomp.Arg(0, seccomp.EQ, family))
+        flt.add_rule(refuse, call, seccomp.Arg(0, seccomp.GT, _AF_LAST))
     with tempfile.TemporaryFile() as out:  # libseccomp writes to a file descriptor
         flt.export_bpf(out)
         out.seek(0)
@@ -109,10 +143,43 @@ def available() -> str | None:
         return f"bubblewrap (bwrap) is not installed; {INSTALL_HINT}"
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         return f"setpriv (util-linux) is missing; {INSTALL_HINT}"
+    python, _ = _python()
+    if not os.access(python, os.X_OK):  # e.g. an installation under /root, run by a user
+        return (
+            f"this user cannot run the interpreter at {python} (a directory above it is "
+            "closed to it); use a Python installation it can read, or "
+            "isolation='unsafe-local' (not a sandbox)"
+        )
     try:
         seccomp_program()
     except SandboxUnavailable as exc:
         return str(exc)
+    return _probe()
+
+
+def _probe() -> str | None:
+    """Run bubblewrap once with what the sandbox needs of it (the namespaces, a sized tmpfs,
+    a user namespace when not root): an old bubblewrap or a kernel that refuses unprivileged
+    user namespaces says so here, not in every tool call."""
+    import subprocess
+
+    cmd = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent"]
+    cmd += ["--ro-bind", "/", "/", "--perms", "0777", "--size", "4096", "--tmpfs", "/tmp"]
+    cmd += ["--remount-ro", "/"] + ([] if os.geteuid() == 0 else ["--unshare-user"])
+    cmd += ["--", shutil.which("true") or "/bin/true"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}; {INSTALL_HINT}"
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return (
+            f"bubblewrap cannot build the sandbox here ({why}): it needs a bubblewrap with "
+            "--size and --perms (Debian 12's 0.8 has both) and, run by a user, "
+            "unprivileged user namespaces (kernel."
+            "unprivileged_userns_clone, or AppArmor's kernel.apparmor_restrict_unprivileged_"
+            "userns on Ubuntu); or pass isolation='unsafe-local' (not a sandbox)"
+        )
     return None
 
 
@@ -134,52 +201,141 @@ def _python() -> tuple[str, str]:
     return executable, os.path.realpath(sys.base_prefix)
 
 
+_PACKAGE_GLOBS = (
+    "/usr/lib/python3*/*-packages", "/usr/lib64/python3*/*-packages",
+    "/usr/local/lib/python3*/*-packages", "/usr/local/lib64/python3*/*-packages",
+)  # fmt: skip
+
+
+def _setpriv() -> str:
+    return os.path.realpath(shutil.which("setpriv") or "/usr/bin/setpriv")
+
+
+@dataclass(frozen=True)
+class View:
+    """What of the host's filesystem the sandbox sees, all of it read-only."""
+
+    binds: tuple[str, ...]  # host paths, bound where they are
+    links: tuple[tuple[str, str], ...]  # (target, path): merged-/usr links such as /lib
+    hidden: tuple[str, ...]  # package directories among the binds, covered by empty mounts
+
+
+@functools.cache
+def sandbox_view() -> View:
+    """The interpreter, its standard library and shared libraries (an installation of its own,
+    such as pyenv's or conda's: its whole ``lib``), the system's shared libraries
+    (``/usr/lib/<multiarch>``, ``/usr/lib64``), ``ld.so.cache``, the time zone database and,
+    as root, ``setpriv``: nothing else of ``/usr`` (no other programs, no other Python
+    installation). The third-party package directories those include (the base
+    installation's ``site-packages``, ``dist-packages``) are hidden, so only the standard
+    library imports."""
+    import glob
+    import sysconfig
+
+    python, _ = _python()
+    names = {
+        "base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+        "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix,
+    }  # fmt: skip
+    binds = {python}
+    binds.update(
+        os.path.realpath(sysconfig.get_path(k, vars=names)) for k in ("stdlib", "platstdlib")
+    )
+    soname = sysconfig.get_config_var("INSTSONAME")
+    libdir = os.path.realpath(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    if libdir.startswith(os.path.realpath(sys.base_prefix) + os.sep) and not libdir.startswith("/usr/"):  # fmt: skip
+        binds.add(libdir)  # an installation's own lib (libpython; a conda one's libssl, libffi...)
+    elif sysconfig.get_config_var("Py_ENABLE_SHARED") and soname:
+        binds.add(os.path.join(libdir, soname))
+    links = []
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for top in ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib32", "/usr/lib32"):
+        if os.path.islink(top):
+            links.append((os.readlink(top), top))
+        elif os.path.isdir(top):
+            arch = os.path.join(top, multiarch)
+            binds.add(arch if multiarch and top.endswith("lib") and os.path.isdir(arch) else top)
+    for extra in ("/etc/ld.so.cache", "/usr/share/zoneinfo"):
+        if os.path.exists(extra):
+            binds.add(extra)
+    if os.geteuid() == 0:
+        binds.add(_setpriv())
+    binds = {b for b in binds if os.path.exists(b)}
+    found = {sysconfig.get_path(key, vars=names) for key in ("purelib", "platlib")}
+    for pattern in _PACKAGE_GLOBS:
+        found.update(glob.glob(pattern))
+    hidden = set()
+    for path in found:
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and any(real.startswith(b + os.sep) for b in binds):
+            hidden.add(real)
+    # a bind inside another is redundant (and would hide the other's masks)
+    top_binds = [b for b in binds if not any(b.startswith(o + os.sep) for o in binds)]
+    return View(tuple(sorted(top_binds)), tuple(links), tuple(sorted(hidden)))
+
+
+def hidden_package_dirs() -> tuple[str, ...]:
+    """The package directories covered inside the sandbox (see :func:`sandbox_view`)."""
+    return sandbox_view().hidden
+
+
 def bwrap_command(
     runner: Path,
-    scratch: str,
     args: list[str],
     seccomp_fd: int,
     env: dict[str, str],
+    *,
+    scratch_bytes: int,
+    uid: int | None = None,
     info_fd: int | None = None,
+    block_fd: int | None = None,
 ) -> list[str]:
-    """The command line that runs ``runner`` with ``args`` inside the sandbox; the scratch
-    directory appears as ``/scratch`` (the working directory)."""
-    python, prefix = _python()
+    """The command line that runs ``runner`` with ``args`` inside the sandbox, in a tmpfs of
+    ``scratch_bytes`` at ``/scratch`` (the working directory; ``/tmp`` links to it).
+
+    ``uid``: the uid and gid the code runs as (this process must be root); None runs it as
+    this process's user, mapped to 65534 in a new user namespace. ``info_fd``: bubblewrap
+    writes ``{"child-pid": N}`` (the sandbox's init, as the host numbers it) there.
+    ``block_fd``: the sandbox waits, namespaces made, until a byte arrives there."""
+    python, _ = _python()
+    view = sandbox_view()
     cmd = [
         "bwrap",
         "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-        "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
-    for path in ("/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache"):
-        if os.path.exists(path):
-            cmd += ["--ro-bind", path, path]
-    # the installation's own path may lie under a directory nobody can enter (/root): lay
-    # traversable empty directories over its ancestors, then bind it where it was
-    parents = [p for p in Path(prefix).parents if str(p) != "/"][::-1]
-    if parents:
-        cmd += ["--perms", "0755", "--tmpfs", str(parents[0])]
-        for parent in parents[1:]:
-            cmd += ["--perms", "0755", "--dir", str(parent)]
-    cmd += ["--ro-bind", prefix, prefix]
-    if not python.startswith(prefix + os.sep):
-        cmd += ["--ro-bind", python, python]
+    # the binds' parents as traversable empty directories: a host parent may be one nobody
+    # else can enter (/root)
+    parents = {str(p) for b in view.binds for p in Path(b).parents if str(p) != "/"}
+    for parent in sorted(parents, key=lambda p: p.count("/")):
+        cmd += ["--perms", "0755", "--dir", parent]
+    for path in view.binds:
+        cmd += ["--ro-bind", path, path]
+    for target, path in view.links:
+        cmd += ["--symlink", target, path]
+    for hidden in view.hidden:
+        cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
     cmd += [
         "--perms", "0755", "--dir", "/sandbox", "--ro-bind", str(runner), "/sandbox/runner.py",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", scratch, "/scratch", "--chdir", "/scratch",
+        "--proc", "/proc", "--dev", "/dev",
+        "--perms", "0777", "--size", str(scratch_bytes), "--tmpfs", "/scratch",
+        "--symlink", "/scratch", "/tmp", "--chdir", "/scratch",
+        "--remount-ro", "/dev", "--remount-ro", "/",
         "--clearenv", "--seccomp", str(seccomp_fd),
     ]  # fmt: skip
-    if info_fd is not None:  # bubblewrap writes {"child-pid": N}: the sandbox's init
+    if info_fd is not None:
         cmd += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        cmd += ["--block-fd", str(block_fd)]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
-    if os.geteuid() == 0:
-        # root outside: drop to nobody inside, for real (a uid 0 outside would be exempt
-        # from RLIMIT_NPROC and own every root file the binds expose)
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        cmd += ["--", setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    if uid is not None:
+        # root outside: drop to the call's uid inside, for real (a uid 0 outside would be
+        # exempt from RLIMIT_NPROC and own every root file the binds expose). CAP_SETPCAP
+        # lets setpriv empty the bounding set; setuid then clears every capability set.
+        caps = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+        cmd += ["--cap-drop", "ALL", *(x for c in caps for x in ("--cap-add", c))]
+        cmd += ["--", _setpriv(), f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         cmd += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     else:
         cmd += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", "--"]  # fmt: skip
@@ -197,18 +353,25 @@ def make_non_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def wait_for_sandbox(info: bytes, timeout: float = 5.0) -> None:
-    """Wait until the sandbox's init (``info``: what bubblewrap wrote to ``--info-fd``) is
-    gone; the kernel empties its PID namespace before that, so nothing of it is left."""
+def child_pid(info: bytes) -> int | None:
+    """The sandbox's init, as the host numbers it, from what bubblewrap wrote to
+    ``--info-fd`` (None if it wrote nothing: it failed before starting the sandbox)."""
     import json
-    import select
-    import time
 
     try:
         pid = int(json.loads(info.decode() or "{}").get("child-pid", 0))
     except (ValueError, AttributeError):
-        return
-    if pid <= 0:
+        return None
+    return pid if pid > 0 else None
+
+
+def wait_for_sandbox(pid: int | None, timeout: float = 5.0) -> None:
+    """Wait until the sandbox's init ``pid`` is gone; the kernel empties its PID namespace
+    before that, so nothing of it is left."""
+    import select
+    import time
+
+    if pid is None:
         return
     deadline = time.monotonic() + timeout
     try:

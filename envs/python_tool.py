@@ -1,12 +1,15 @@
 """``forkgym/PythonTool-v0``: computational problems solved with a sandboxed Python tool.
 
 Each call runs in a fresh, limited process (:mod:`forkgym.envs.sandbox`) inside the operating
-system's walls (:mod:`forkgym.envs.isolation`: bubblewrap namespaces, uid ``nobody``,
-seccomp): standard library only, CPU/memory/output/process/wall-clock limits, no network, a
-scratch directory, ``random`` seeded from the task. Where the machine cannot build that
-sandbox the env refuses to start, unless ``isolation="unsafe-local"`` is passed by name. Nothing persists between calls, so an episode's tool results depend only on
-the code sent, and a fork replays them exactly. The env computes every reference answer
-itself, exactly, without the sandbox.
+system's walls (:mod:`forkgym.envs.isolation`: bubblewrap namespaces, a uid of the call's
+own, seccomp): standard library only, no network, CPU/wall-clock limits, and memory,
+processes and scratch space bounded for the call as a whole (a cgroup per call; where none is
+writable, rlimits dividing the same budget: ``info["sandbox"]`` says which), a scratch tmpfs
+inside the sandbox, ``random`` seeded from the task. Where the machine cannot build that
+sandbox the env refuses to start, unless ``isolation="unsafe-local"`` is passed by name.
+Nothing persists between calls and no call can take what another needs, so an episode's tool
+results depend only on the code sent, and a fork replays them exactly. The env computes every
+reference answer itself, exactly, without the sandbox.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from . import isolation as iso
+from .base import Turn
 from .remote_sandbox import run_remote
-from .sandbox import SandboxLimits, run_python
+from .sandbox import SandboxLimits, containment, run_python
 from .task import Task
 from .tool_env import ToolEnv, ToolResult, tool
 
@@ -119,8 +123,21 @@ class PythonToolEnv(ToolEnv):
         self.limits = SandboxLimits(
             cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb
         )
+        # what bounds a call here (a cgroup or rlimits alone, whose uid), in every info
+        self.sandbox_info = containment(self.limits, self.isolation)
         config = {"cpu_seconds": cpu_seconds, "wall_seconds": wall_seconds, "memory_mb": memory_mb}
         super().__init__(config=config, tool_parser=tool_parser, max_turns=max_turns, **common)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "sandbox": dict(self.sandbox_info)}
+
+    def respond(self, action: str) -> Turn:
+        turn = super().respond(action)
+        turn.info["sandbox"] = dict(self.sandbox_info)
+        return turn
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
         family, question, answer, code = _problem(rng)

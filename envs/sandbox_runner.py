@@ -1,14 +1,16 @@
 """Runs untrusted Python inside the sandbox process; started by :mod:`forkgym.envs.sandbox`.
 
 Executed as ``python -P -s -S sandbox_runner.py CPU MEMORY FILE SEED NPROC ISOLATED`` with the
-code on stdin, in a fresh scratch directory, inside the OS sandbox of
-:mod:`forkgym.envs.isolation` (``ISOLATED`` = 1) or, in the unsafe local mode, in a new
-session only. Before the code runs it:
+code on stdin and stdout/stderr on pipes the host reads, in a fresh scratch space (under
+bubblewrap a tmpfs at ``/scratch``), inside the OS sandbox of :mod:`forkgym.envs.isolation`
+(``ISOLATED`` = 1) or, in the unsafe local mode, in a new session only. Before the code runs
+it:
 
 1. in the unsafe local mode, leaves the network: a new, empty network namespace when the
    kernel allows it (under bubblewrap the namespace is already empty);
-2. sets hard resource limits: CPU seconds, address space, file size (which also caps the
-   stdout/stderr files), open files, processes (``NPROC`` > 0), no core dumps;
+2. sets hard resource limits: CPU seconds, address space (``MEMORY``: the host divides the
+   call's budget where no cgroup counts it), file size, open files, processes of its uid
+   (``NPROC`` > 0: the uid, or the user namespace, is the call's own), no core dumps;
 3. seeds ``random`` so identical code prints identical output in every branch;
 4. installs an audit hook (PEP 578; it cannot be removed) that refuses sockets, processes
    (fork, exec, spawn, subprocess, system), signals to other processes, ``ctypes``, raising

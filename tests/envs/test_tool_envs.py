@@ -110,8 +110,8 @@ HOSTILE_CODE = {
         "tool_error",
         "not allowed",
     ),
-    "writes outside scratch": (
-        "open('/tmp/forkgym-escaped.txt', 'w').write('x')",
+    "writes outside scratch": (  # (/tmp is the scratch tmpfs: the sandbox's own)
+        "open('/var/tmp/forkgym-escaped.txt', 'w').write('x')",
         "tool_error",
         "outside the scratch",
     ),
@@ -140,7 +140,7 @@ def test_hostile_python_ends_as_a_status_and_leaves_nothing_behind(name):
     assert evidence in obs["messages"][-1]["content"]
     assert not terminated and not truncated
     assert _children() <= before  # no stray process survives the call
-    assert not Path("/tmp/forkgym-escaped.txt").exists()
+    assert not Path("/var/tmp/forkgym-escaped.txt").exists()
     env.step(env.unwrapped.format_call("python", code=env.unwrapped.task.data["gold_code"]))
     assert env.step(env.unwrapped.gold_action())[4]["status"] == "correct"
 
