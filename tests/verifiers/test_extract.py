@@ -88,10 +88,14 @@ def test_strip_math_delimiters():
 
 
 def test_spans_point_at_the_graded_text():
-    text = r"first \boxed{1}, then $\boxed{\frac{1}{2}}$. So 1/2."
+    text = r"first \boxed{1}. Then I checked it twice: $\boxed{\frac{1}{2}}$. So 1/2."
     found = AnswerExtractor()(text)
     start, end = found.span
     assert text[start:end] == r"\frac{1}{2}" and found.answer == r"\frac{1}{2}"
+    text = r"so $\boxed{1}$ and $\boxed{2}$."  # a list: the span covers its boxes
+    found = AnswerExtractor()(text)
+    assert (found.answer, found.items) == ("1,2", ("1", "2"))
+    assert text[slice(*found.span)] == r"1}$ and $\boxed{2"
     found = AnswerExtractor(["answer_is"])("so the answer is 42.")
     assert "so the answer is 42."[slice(*found.span)] == "42"
     register_extractor("_test_upper", lambda text: text.upper() if text else None)
