@@ -308,6 +308,46 @@ class MathVerifier:
             self._grade_symbolic(todo)
         return self._outcome(item)
 
+    def explain(self, reference: str, response: str) -> dict[str, Any]:
+        """How one pair is graded, stage by stage, as plain data: what the reference is read
+        as, what every extraction strategy finds in the response (the graded one marked
+        ``chosen``), the exact texts math-verify parses, and the outcome."""
+        outcome = self.verify(reference, response)
+        extraction, attempts, stopped = self.extractor.explain(response)
+        info: dict[str, Any] = {
+            "preset": self.extractor.preset,
+            "strategies": list(self.extractor.names),
+            "after_think": self.extractor.after_think,
+            "multi_box": self.multi_box,
+        }
+        parts = reference_parts(reference) if self.multi_box == "parts" else None
+        if parts is not None:
+            info["reference"] = {"parts": parts}
+        else:
+            ref = read_reference(reference, self.multi_box != "last")
+            info["reference"] = {
+                "answer": ref.text, "items": list(ref.items or []) or None, "plain": ref.plain,
+                "note": ref.note,
+                "parsed_as": None if ref.text is None else parser_input(ref.text, ref.plain),
+            }  # fmt: skip
+        info["response"] = {
+            "no_answer_because": stopped,
+            "attempts": [
+                {"strategy": a.strategy, "found": a.answer, "span": list(a.span) if a.span else None,
+                 "items": list(a.items) if a.items else None, "plain": a.plain, "chosen": a.chosen}
+                for a in attempts
+            ],
+            "answer": extraction.answer,
+            "strategy": extraction.strategy,
+            "items": list(extraction.items) if extraction.items else None,
+            "plain": extraction.plain,
+            "parsed_as": None
+            if extraction.answer is None or parts is not None
+            else parser_input(extraction.answer, extraction.plain),
+        }  # fmt: skip
+        info["outcome"] = outcome.to_dict()
+        return info
+
     def verify_quick(self, reference: str, response: str) -> Outcome | None:
         """The outcome if extraction, the verdict cache or the fast path decide it, else None.
 
