@@ -5,12 +5,20 @@ A box's argument is read as TeX reads it: balanced braces, with escaped braces (
 never close (a response cut off inside its answer) is *unclosed*: it is never an answer, and
 nothing before it stands in for it.
 
-The final answer of a text is its last box together with the boxes *chained* to it: walking
-left from the last box, an earlier box joins when the text between the two is short (fewer
-than 10 characters of anything, or fewer than 70 holding ``and``, ``or``, a comma or a
-semicolon between two different answers). This is how math-verify 0.9 reads several boxes
-(``\\boxed{1}, \\boxed{2}`` is the list 1, 2; ``\\boxed{1} ... a long remark ... \\boxed{2}``
-is 2), so that a list answer written box by box is graded as the list.
+The final answer of a text is its last box together with the boxes that belong to it, read as
+math-verify 0.9 reads several boxes so that a list answer written box by box is graded as the
+list:
+
+* when the last box sits in a math environment (``$...$``, ``$$...$$``, ``\\(...\\)``,
+  ``\\[...\\]``) that ends the text's braces, every box of that environment belongs to it,
+  and so do the boxes of the environments joined to it by only a comma, "and" or "or"
+  (``$\\boxed{1}$ and $\\boxed{2}$`` is the list 1, 2; ``so $x = \\boxed{3}$, hence
+  $y = \\boxed{4}$`` is 4);
+* otherwise the boxes *chained* to it do: walking left from the last box, an earlier box joins
+  when the text between the two is short (fewer than 10 characters of anything, or fewer than
+  70 holding "and", "or", a comma or a semicolon between two different answers):
+  ``\\boxed{1}, \\boxed{2}`` is the list 1, 2 and ``\\boxed{1} ... a long remark ...
+  \\boxed{2}`` is 2.
 """
 
 from __future__ import annotations
@@ -135,17 +143,98 @@ def unclosed_box_content(text: str) -> str | None:
     return rest[1:] if rest else None
 
 
+Env = tuple[int, int, int, int]  # opener start, content start, content end, closer end
+_ENV_JOIN = re.compile(r"\s*(?:,?and|,?or|,)\s*")
+MAX_JOINED_ENVS = 6  # math-verify joins at most six environments into one answer
+
+
+def _paired(text: str, left: str, right: str, pos: int, end: int, inline: bool) -> Env | None:
+    """The ``left ... right`` environment around ``text[pos:end]``: the nearest opener before
+    it with no closer between, the nearest closer after it with no opener between; an inline
+    one stays on one line."""
+    lo = text.rfind(left, 0, pos)
+    if lo < 0 or text.find(right, lo + len(left), pos) >= 0:
+        return None
+    hi = text.find(right, end)
+    if hi < 0 or text.find(left, end, hi) >= 0:
+        return None
+    if inline and "\n" in text[lo:hi]:
+        return None
+    return lo, lo + len(left), hi, hi + len(right)
+
+
+def _dollars(text: str, pos: int, end: int) -> Env | None:
+    """The ``$$...$$`` or ``$...$`` around ``text[pos:end]``, dollars paired left to right
+    (``$$`` pairs counted over the text, single ``$`` over the line, as inline math does not
+    cross a line end); escaped ``\\$`` is not a delimiter."""
+    if "$$" in text:
+        lo, hi = text.rfind("$$", 0, pos), text.find("$$", end)
+        if lo >= 0 and hi >= 0 and text.count("$$", 0, lo) % 2 == 0:
+            return lo, lo + 2, hi, hi + 2
+    line_start = text.rfind("\n", 0, pos) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    singles = [
+        i for i in range(line_start, line_end)
+        if text[i] == "$" and text[i - 1 : i] != "\\" and "$" not in (text[i - 1 : i], text[i + 1 : i + 2])
+    ]  # fmt: skip
+    before = [i for i in singles if i < pos]
+    after = [i for i in singles if i >= end]
+    if not before or not after or len(before) % 2 == 0:
+        return None
+    return before[-1], before[-1] + 1, after[0], after[0] + 1
+
+
+def _env_of(text: str, pos: int, end: int) -> Env | None:
+    """The math environment holding the box command at ``pos`` whose argument ends at
+    ``end``, the outermost when several do (math-verify matches the leftmost); None if none."""
+    found = [
+        env
+        for env in (
+            _dollars(text, pos, end) if "$" in text else None,
+            _paired(text, "\\[", "\\]", pos, end, inline=False) if "\\[" in text else None,
+            _paired(text, "\\(", "\\)", pos, end, inline=True) if "\\(" in text else None,
+        )
+        if env is not None
+    ]
+    return min(found) if found else None
+
+
+def _environment_boxes(text: str, pos: int, span: Span, has_fbox: bool) -> list[Span] | None:
+    """The boxes of the math environment holding the last box (at ``pos``) and of the
+    environments joined to it by a comma, "and" or "or", when that environment is the text's
+    final statement (no brace follows it: math-verify then reads the environment, else the
+    box chain); None when the last box is in no such environment."""
+    env = _env_of(text, pos, span[1])
+    if env is None or text.find("}", env[3]) >= 0:
+        return None
+    envs = [env]
+    while len(envs) < MAX_JOINED_ENVS:
+        found = _last_box(text, envs[0][0], has_fbox)
+        if found is None or found[1] is None:
+            break
+        prev = _env_of(text, found[0], found[1][1])
+        if prev is None or prev[3] > envs[0][0] or not _ENV_JOIN.fullmatch(text, prev[3], envs[0][0]):  # fmt: skip
+            break
+        envs.insert(0, prev)
+    return [(e[1] + a, e[1] + b) for e in envs for a, b in boxed_spans(text[e[1] : e[2]])]
+
+
 def box_chain(text: str) -> list[Span] | None:
-    """The spans of the final answer's boxes, in order: the last box and the boxes chained to
-    it (see the module docstring); None when the text has no box or its last box is malformed.
-    Repeated boxes (``\\boxed{4} so \\boxed{4}``) are all returned; callers collapse them."""
+    """The spans of the final answer's boxes, in order: the last box and the boxes that
+    belong to it (see the module docstring); None when the text has no box or its last box is
+    malformed. Repeated boxes (``\\boxed{4} so \\boxed{4}``) are all returned; callers
+    collapse them."""
     has_fbox = "\\fbox" in text
     found = _last_box(text, len(text), has_fbox)
     if found is None or found[1] is None:
         return None
     pos, span = found
+    in_env = _environment_boxes(text, pos, span, has_fbox)
+    if in_env is not None and in_env[-1] == span:
+        return in_env
     chain = [span]
-    if text[span[1] : span[1] + 1] != "}":  # `\boxed 5`: a single token never chains
+    if text[span[1] : span[1] + 1] != "}":  # `\\boxed 5`: a single token never chains
         return chain
     later = text[span[0] : span[1]].strip()
     while True:

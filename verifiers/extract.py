@@ -131,14 +131,20 @@ def final_boxes(text: str, chain: bool = True, offset: int = 0) -> Found | None:
     return Found(",".join(items), span, tuple(items))
 
 
-_HOPE = "I hope it is correct"
-_CLOSING_WINDOW = 400  # how far before "I hope it is correct" its sentence may start
+_HOPE = "I hope"
+# what math-verify reads as a plain answer in that sentence: a number or an arithmetic
+# expression starting with a digit, a minus sign or a bracket (not "+"), or a simple fraction
+_CLOSING_PLAIN = re.compile(
+    r"(?:\*\*)?(?:-?\(?-?[\d.][\d.,\s+\-*×/^()÷]*(?:\s*(?:%|[Pp]ercent))?"
+    r"|-?\\frac\{-?\d+(?:[.,]\d+)?\}\{-?\d+(?:[.,]\d+)?\})(?:\*\*)?"
+)
+_CLOSING_WINDOW = 400  # how far before "I hope" its sentence may start
 
 
 def closing_sentence(text: str, start: int = 0) -> Found | None:
-    """Minerva's closing sentence after ``start``: ``The final answer is $X$. I hope it is
-    correct.``, with X in math delimiters; X and its span, else None. Found from the end of
-    the text and within a bounded window, so the search is linear."""
+    """Minerva's closing sentence after ``start``: ``The final answer is X. I hope it is
+    correct.`` (at most a full stop and one space between X and "I hope"); X and its span,
+    else None. Found from the end of the text within a bounded window: a linear search."""
     hope = text.rfind(_HOPE, start)
     if hope < 0:
         return None
@@ -147,18 +153,21 @@ def closing_sentence(text: str, start: int = 0) -> Found | None:
     if at < 0:
         return None
     a, b = at + len("final answer is"), hope
-    while a < b and text[a] in ": \t":
+    if text[a : a + 1] == ":":
         a += 1
-    while b > a and text[b - 1].isspace():
+    while a < b and text[a].isspace():
+        a += 1
+    if b > a and text[b - 1].isspace():
         b -= 1
     if b > a and text[b - 1] == ".":
         b -= 1
-    body = text[a:b]
-    content = strip_math_delimiters(body)
-    if not content or content == body.strip() or "$" in content:
-        return None  # not one math span
-    offset = body.find(content)
-    return Found(content, (a + offset, a + offset + len(content)))
+    if b <= a or text[b - 1].isspace():
+        return None
+    stated = text[a:b]
+    in_math = read_math(stated)
+    if in_math[1] is None and in_math[0] == stated and not _CLOSING_PLAIN.fullmatch(stated):
+        return None  # neither math nor a plain number: math-verify reads the boxes then
+    return Found(stated, (a, b))
 
 
 class _boxed:
