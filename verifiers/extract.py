@@ -39,11 +39,13 @@ __all__ = [
     "AnswerExtractor",
     "Extraction",
     "Found",
+    "boxed_answer",
     "boxed_spans",
     "closing_sentence",
     "final_boxes",
     "last_boxed",
     "last_boxed_span",
+    "read_found",
     "read_math",
     "register_extractor",
     "split_top_level",
@@ -170,23 +172,29 @@ def closing_sentence(text: str, start: int = 0) -> Found | None:
     return Found(stated, (a, b))
 
 
-class _boxed:
-    """The ``boxed`` strategy: the last box, with the boxes chained to it (``chain=True``).
+def boxed_answer(text: str, chain: bool = True) -> Found | None:
+    """What the ``boxed`` strategy finds: the last box with the boxes that belong to it
+    (``chain=False``: the last box alone), or Minerva's closing sentence after it.
 
-    Minerva's closing sentence (``The final answer is $X$. I hope it is correct.``) ranks with
-    a box, as in math-verify: when it comes after the last box (or there is none), X is the
-    final answer. Few-shot MATH prompts end every solution so, boxing intermediate results."""
+    That sentence (``The final answer is $X$. I hope it is correct.``) ranks with a box, as in
+    math-verify: when it comes after the last box (or there is none), X is the final answer.
+    Few-shot MATH prompts end every solution so, boxing intermediate results."""
+    boxed = final_boxes(text, chain)
+    if _HOPE in text:
+        closing = closing_sentence(text, 0 if boxed is None else boxed.span[1])
+        if closing is not None:
+            return closing
+    return boxed
+
+
+class _boxed:
+    """The ``boxed`` strategy (see :func:`boxed_answer`)."""
 
     def __init__(self, chain: bool = True) -> None:
         self.chain = chain
 
     def __call__(self, text: str) -> Found | None:
-        boxed = final_boxes(text, self.chain)
-        if _HOPE in text:
-            closing = closing_sentence(text, 0 if boxed is None else boxed.span[1])
-            if closing is not None:
-                return closing
-        return boxed
+        return boxed_answer(text, self.chain)
 
 
 class _last_match:
@@ -473,15 +481,8 @@ class AnswerExtractor:
         result = find(text)
         if result is None:
             return Attempt(name, None)
-        raw, span, items = result.text, result.span, result.items
-        if items is None:
-            answer, items = read_math(raw)
-        else:
-            answer = raw
-        plain = items is None and answer == raw.strip()
-        if plain and span is not None:
-            before = text[max(0, span[0] - 8) : span[0]].rstrip(" \t")
-            plain = not before.endswith(_MATH_OPENERS)
+        answer, items, plain = read_found(text, result)
+        span = result.span
         if span is not None and offset:
             span = (span[0] + offset, span[1] + offset)
         return Attempt(name, answer, span, items, plain)
@@ -517,6 +518,19 @@ class AnswerExtractor:
                 chosen = False
             attempts.append(Attempt(**{**attempt.__dict__, "chosen": chosen}))
         return extraction, attempts, None
+
+
+def read_found(text: str, found: Found) -> tuple[str, tuple[str, ...] | None, bool]:
+    """What a strategy found in ``text``, read: the answer without math delimiters, a list's
+    items, and whether it is written as plain text (outside boxes and math delimiters)."""
+    if found.items is not None:
+        return found.text, found.items, False
+    answer, items = read_math(found.text)
+    plain = items is None and answer == found.text.strip()
+    if plain and found.span is not None:
+        before = text[max(0, found.span[0] - 8) : found.span[0]].rstrip(" \t")
+        plain = not before.endswith(_MATH_OPENERS)
+    return answer, items, plain
 
 
 def strip_math_delimiters(answer: str) -> str:

@@ -30,7 +30,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any
 
 from .boxes import box_argument, boxed_spans, unclosed_box_content
-from .extract import Extraction, final_boxes, read_math, split_top_level
+from .extract import Extraction, boxed_answer, read_found, read_math, split_top_level
 from .fair_slots import FairSlots
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
@@ -88,13 +88,15 @@ class ReferenceAnswer:
 
 @lru_cache(maxsize=4096)
 def read_reference(reference: str, chain: bool = True) -> ReferenceAnswer:
-    """Read a reference the way a response's answer is read: its last box with the boxes
-    chained to it (``chain=False``: the last box alone), or, with no box, its text without
-    math delimiters. A reference whose last box is cut off is graded on the box's content."""
+    """Read a reference the way the ``boxed`` strategy reads a response: its last box with the
+    boxes that belong to it (``chain=False``: the last box alone), or Minerva's closing
+    sentence after it; with neither, its text without math delimiters. A reference whose last
+    box is cut off is graded on the box's content."""
+    found = boxed_answer(reference, chain)
+    if found is not None:
+        text, items, plain = read_found(reference, found)
+        return ReferenceAnswer(text or None, plain, items)
     if "\\boxed" in reference or "\\fbox" in reference:
-        found = final_boxes(reference, chain)
-        if found is not None:
-            return ReferenceAnswer(found.text or None, items=found.items)
         content = unclosed_box_content(reference)
         if content is not None:
             text, items = read_math(content.rstrip().rstrip("$.").rstrip())
