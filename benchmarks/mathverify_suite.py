@@ -241,9 +241,7 @@ def main() -> int:
         false_pos = sum(r.forkgym == "correct" and not r.expected for r in group)
         statuses = Counter(r.forkgym for r in group if (r.forkgym == "correct") != bool(r.expected))  # fmt: skip
         detail = ", ".join(f"{k} x{n}" for k, n in sorted(statuses.items())) or "-"
-        print(
-            f"{label:44} {len(group):>5} {agree / len(group):>9.1%} {false_pos:>6}   {detail}"
-        )
+        print(f"{label:44} {len(group):>5} {agree / len(group):>9.1%} {false_pos:>6}   {detail}")
 
     inside = [r for r in rows if contract(r) is None]
     print()

@@ -87,7 +87,7 @@ def build_task(
     if isinstance(worked, str):
         gold = worked
         boxes = [worked[a:b].strip() for a, b in boxed_spans(worked)]
-        # several boxes are the parts of one answer, graded together (MathVerifier multi_box)
+        # several boxes are one list answer, graded together (MathVerifier multi_box)
         final = (
             last_boxed(worked) if len(boxes) < 2 else ", ".join(f"\\boxed{{{b}}}" for b in boxes)
         )

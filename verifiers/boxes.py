@@ -83,9 +83,26 @@ def box_argument(text: str, start: int) -> Span | None:
     return i, j
 
 
+# The last box of the last text asked about: extraction asks twice (is it cut off? what does
+# it hold?). One immutable entry, replaced whole, so threads never see a torn pair.
+_LAST: tuple[str, tuple[int, Span | None] | None] = ("", None)
+
+
 def _last_box(text: str, end: int, has_fbox: bool) -> tuple[int, Span | None] | None:
     """The last box command starting before ``end``: (its position, its argument's span, or
     None when the argument is malformed); None when there is no box command before ``end``."""
+    global _LAST
+    if end == len(text):
+        memo = _LAST
+        if memo[0] is text:
+            return memo[1]
+        found = _find_last_box(text, end, has_fbox)
+        _LAST = (text, found)
+        return found
+    return _find_last_box(text, end, has_fbox)
+
+
+def _find_last_box(text: str, end: int, has_fbox: bool) -> tuple[int, Span | None] | None:
     while True:
         pos = text.rfind("\\boxed", 0, end)
         fbox = text.rfind("\\fbox", pos + 1, end) if has_fbox else -1
@@ -144,6 +161,7 @@ def unclosed_box_content(text: str) -> str | None:
 
 
 Env = tuple[int, int, int, int]  # opener start, content start, content end, closer end
+_SINGLE_DOLLAR = re.compile(r"(?<![\\$])\$(?!\$)")  # a `$` that is not escaped nor in `$$`
 _ENV_JOIN = re.compile(r"\s*(?:,?and|,?or|,)\s*")
 MAX_JOINED_ENVS = 6  # math-verify joins at most six environments into one answer
 
@@ -174,15 +192,27 @@ def _dollars(text: str, pos: int, end: int) -> Env | None:
     line_start = text.rfind("\n", 0, pos) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
-    singles = [
-        i for i in range(line_start, line_end)
-        if text[i] == "$" and text[i - 1 : i] != "\\" and "$" not in (text[i - 1 : i], text[i + 1 : i + 2])
-    ]  # fmt: skip
-    before = [i for i in singles if i < pos]
-    after = [i for i in singles if i >= end]
-    if not before or not after or len(before) % 2 == 0:
+    lo, hi = text.rfind("$", line_start, pos), text.find("$", end, line_end)
+    if lo < 0 or hi < 0:
         return None
-    return before[-1], before[-1] + 1, after[0], after[0] + 1
+    if _single(text, lo) and _single(text, hi):  # the common case: counted in C
+        before = (
+            text.count("$", line_start, lo)
+            - 2 * text.count("$$", line_start, lo)
+            - text.count("\\$", line_start, lo)
+        )
+        return (lo, lo + 1, hi, hi + 1) if before % 2 == 0 else None
+    singles = [m.start() for m in _SINGLE_DOLLAR.finditer(text, line_start, line_end)]
+    before_box = [i for i in singles if i < pos]
+    after_box = [i for i in singles if i >= end]
+    if not before_box or not after_box or len(before_box) % 2 == 0:
+        return None
+    return before_box[-1], before_box[-1] + 1, after_box[0], after_box[0] + 1
+
+
+def _single(text: str, i: int) -> bool:
+    """``text[i]`` is a ``$`` that is neither escaped nor half of ``$$``."""
+    return text[i - 1 : i] not in ("\\", "$") and text[i + 1 : i + 2] != "$"
 
 
 def _env_of(text: str, pos: int, end: int) -> Env | None:
@@ -230,6 +260,8 @@ def box_chain(text: str) -> list[Span] | None:
     if found is None or found[1] is None:
         return None
     pos, span = found
+    if text.count("\\boxed", 0, pos) + (text.count("\\fbox", 0, pos) if has_fbox else 0) == 0:
+        return [span]  # the only box (the common case): nothing can join it
     in_env = _environment_boxes(text, pos, span, has_fbox)
     if in_env is not None and in_env[-1] == span:
         return in_env

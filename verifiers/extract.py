@@ -63,6 +63,7 @@ class Found(NamedTuple):
     text: str
     span: Span | None
     items: tuple[str, ...] | None = None
+    boxed: bool = False  # the text is a box's content, read already (delimiters stripped)
 
 
 # A strategy returns what it found, or None when it finds nothing.
@@ -115,6 +116,9 @@ def final_boxes(text: str, chain: bool = True, offset: int = 0) -> Found | None:
         spans = None if last is None else [last]
     if not spans:
         return None
+    if len(spans) == 1:  # the common case
+        a, b = spans[0]
+        return Found(strip_math_delimiters(text[a:b]), (offset + a, offset + b), boxed=True)
     items: list[str] = []
     first = spans[-1]
     for a, b in reversed(spans):
@@ -129,8 +133,8 @@ def final_boxes(text: str, chain: bool = True, offset: int = 0) -> Found | None:
     items.reverse()
     span = (offset + first[0], offset + spans[-1][1])
     if len(items) == 1:
-        return Found(items[0], span)
-    return Found(",".join(items), span, tuple(items))
+        return Found(items[0], span, boxed=True)
+    return Found(",".join(items), span, tuple(items), boxed=True)
 
 
 _HOPE = "I hope"
@@ -493,13 +497,16 @@ class AnswerExtractor:
             return Extraction(None, None, reason)
         saw_empty = False
         for name, find in zip(self.names, self._fns, strict=True):
-            attempt = self._attempt(name, find, scope, offset)
-            if attempt.answer:
-                return Extraction(
-                    attempt.answer, name, span=attempt.span, items=attempt.items,
-                    plain=attempt.plain,
-                )  # fmt: skip
-            saw_empty = saw_empty or attempt.answer is not None
+            found = find(scope)
+            if found is None:
+                continue
+            answer, items, plain = read_found(scope, found)
+            if answer:
+                span = found.span
+                if span is not None and offset:
+                    span = (span[0] + offset, span[1] + offset)
+                return Extraction(answer, name, span=span, items=items, plain=plain)
+            saw_empty = True
         return Extraction(None, None, "empty_answer" if saw_empty else "no_answer")
 
     def explain(self, text: str) -> tuple[Extraction, list[Attempt], str | None]:
@@ -523,7 +530,7 @@ class AnswerExtractor:
 def read_found(text: str, found: Found) -> tuple[str, tuple[str, ...] | None, bool]:
     """What a strategy found in ``text``, read: the answer without math delimiters, a list's
     items, and whether it is written as plain text (outside boxes and math delimiters)."""
-    if found.items is not None:
+    if found.boxed or found.items is not None:
         return found.text, found.items, False
     answer, items = read_math(found.text)
     plain = items is None and answer == found.text.strip()

@@ -402,7 +402,14 @@ class MathVerifier:
     def _judge(
         self, item: _Item, ref: str, answer: str, ref_plain: bool = False, plain: bool = False
     ) -> _Item:
-        """The verdict cache, the timeout memory and the fast path; unset status = symbolic."""
+        """The fast path, the timeout memory and the verdict cache; unset status = symbolic.
+        (The fast path goes first: what it decides never reaches the pool, so it is never in
+        the cache or the timeout memory.)"""
+        if self.fast_path:
+            verdict = fast_compare(ref, answer)
+            if verdict is not None:
+                status = Status.CORRECT if verdict else Status.INCORRECT
+                return self._done(item, status, {"path": "fast"})
         item.key = (parser_input(ref, ref_plain), parser_input(answer, plain))
         if self.timeout_memory_s > 0:
             with self._cache_lock:
@@ -417,11 +424,6 @@ class MathVerifier:
                     self._cache.move_to_end(item.key)
             if hit is not None:
                 return self._done(item, hit[0], {**hit[1], "path": "cache"})
-        if self.fast_path:
-            verdict = fast_compare(ref, answer)
-            if verdict is not None:
-                status = Status.CORRECT if verdict else Status.INCORRECT
-                return self._done(item, status, {"path": "fast"})
         item.prepared = time.perf_counter()
         return item
 

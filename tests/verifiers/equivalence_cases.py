@@ -114,8 +114,18 @@ CASES: list[tuple[str, str, str, str]] = [
     ("units", "10", r"\boxed{\text{10}}", OK),
     # extraction: the last box is the answer (with the boxes chained to it by a short joining
     # text: a list, as math-verify reads it); references may carry a box too
-    ("extraction", "2", r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}", OK),
-    ("extraction", "1", r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}", NO),
+    (
+        "extraction",
+        "2",
+        r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}",
+        OK,
+    ),
+    (
+        "extraction",
+        "1",
+        r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}",
+        NO,
+    ),
     ("extraction", "2", r"first \boxed{1} and finally \boxed{2}", NO),  # the list 1, 2
     ("extraction", "1, 2", r"first \boxed{1} and finally \boxed{2}", OK),
     ("extraction", "3", r"\fbox{3}", OK),

@@ -282,8 +282,14 @@ def equation_pair(rng: random.Random) -> Pair:
 def symbolic_pair(rng: random.Random) -> Pair:
     a = rng.randint(1, 6)
     forms = {
-        "square": ([f"(x+{a})^2", f"x^2+{2 * a}x+{a * a}", f"{a * a}+{2 * a}x+x^2"], [f"x^2+{a * a}", f"(x-{a})^2"]),  # fmt: skip
-        "root": ([f"{a}\\sqrt{{2}}", f"\\sqrt{{{2 * a * a}}}"], [f"{a + 1}\\sqrt{{2}}", f"\\sqrt{{{2 * a}}}"]),  # fmt: skip
+        "square": (
+            [f"(x+{a})^2", f"x^2+{2 * a}x+{a * a}", f"{a * a}+{2 * a}x+x^2"],
+            [f"x^2+{a * a}", f"(x-{a})^2"],
+        ),
+        "root": (
+            [f"{a}\\sqrt{{2}}", f"\\sqrt{{{2 * a * a}}}"],
+            [f"{a + 1}\\sqrt{{2}}", f"\\sqrt{{{2 * a}}}"],
+        ),
         "pi": ([f"\\frac{{{a}\\pi}}{{2}}", f"{a}\\pi/2"], [f"\\frac{{{a}\\pi}}{{3}}"]),
     }
     right, wrong = forms[rng.choice(sorted(forms))]

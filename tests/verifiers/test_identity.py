@@ -47,7 +47,11 @@ def test_a_text_graded_against_itself_is_never_incorrect(graders, text):
         outcome = verifier.verify(text, text)
         event(f"graded: {outcome.status.value}")
         assert outcome.status in (Status.CORRECT, Status.TIMEOUT, Status.ERROR), (
-            verifier.extractor.names, verifier.multi_box, outcome.status, outcome.extracted, outcome.details,  # fmt: skip
+            verifier.extractor.names,
+            verifier.multi_box,
+            outcome.status,
+            outcome.extracted,
+            outcome.details,
         )
 
 

@@ -50,7 +50,11 @@ def test_boxes_and_top_level_split():
         ("2", r"\boxed{1}, \boxed{2}", Status.INCORRECT),  # a hedge is a list, not the answer
         # a tuple keeps its order
         (r"\boxed{(1, 2)}", r"\boxed{(2, 1)}", Status.INCORRECT),
-        (r"\boxed{(1, 2), (3, 4)}", r"\boxed{(3, 4)} \quad\text{and}\quad \boxed{(1, 2)}", Status.CORRECT),  # fmt: skip
+        (
+            r"\boxed{(1, 2), (3, 4)}",
+            r"\boxed{(3, 4)} \quad\text{and}\quad \boxed{(1, 2)}",
+            Status.CORRECT,
+        ),
         # the same answer boxed twice is that answer
         ("4", r"\boxed{4}. Checking: \boxed{4}", Status.CORRECT),
         # boxes far apart with no joining word: the last one is the answer

@@ -47,7 +47,11 @@ CASES = {
         ("-1", MINERVA, OK),
         ("1", MINERVA, NO),
         ("10455", MINERVA_WITH_BOXES, OK),  # the closing sentence, not the intermediate box
-        (r"\frac{1}{2}", "Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.", OK),  # fmt: skip
+        (
+            r"\frac{1}{2}",
+            "Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.",
+            OK,
+        ),
         ("28\\%", "Final Answer: The final answer is $28 \\%$. I hope it is correct.", OK),
         ("7", "Final Answer: The final answer is $\\boxed{7", BAD),  # cut off
     ],
