@@ -160,3 +160,17 @@ def test_dataset_rows_with_several_boxes_become_list_tasks(tmp_path):
     assert env.step(env.unwrapped.gold_action())[4]["status"] == "correct"
     env.reset(seed=0)
     assert env.step(r"$\boxed{3, -1}$")[4]["status"] == "correct"
+
+
+def test_the_documented_list_rule_holds(lists):
+    """Every row of the list-answer table in docs/verifier.md grades as the table says."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "verifier.md").read_text()
+    section = doc.split("### List answers", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `(.+?)` \| `(.+?)` \| (correct|incorrect)\b", section, re.MULTILINE)
+    assert len(rows) >= 8
+    for reference, response, verdict in rows:
+        got = lists.verify(reference, response).status.value
+        assert got == verdict, (reference, response, got)

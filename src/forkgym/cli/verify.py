@@ -173,11 +173,16 @@ def grade_file(
     return counts, rewards, time.perf_counter() - start
 
 
+def _show(text: str) -> str:
+    """A text in quotes, as written (a LaTeX backslash stays one backslash)."""
+    return "'" + text.replace("\n", "\\n") + "'"
+
+
 def _answer_words(answer: str | None, items: list[str] | None, plain: bool) -> str:
     if answer is None:
         return "nothing"
     kind = f"a list of {len(items)}" if items else ("plain text" if plain else "math")
-    return f"{answer!r} ({kind})"
+    return f"{_show(answer)} ({kind})"
 
 
 def format_explanation(report: dict[str, Any]) -> str:
@@ -190,20 +195,22 @@ def format_explanation(report: dict[str, Any]) -> str:
         chain += "; only the text after </think>"
     lines = []
     if "parts" in ref:
-        lines.append(f"reference   {len(ref['parts'])} parts: {', '.join(map(repr, ref['parts']))}")
+        lines.append(
+            f"reference   {len(ref['parts'])} parts: {', '.join(map(_show, ref['parts']))}"
+        )
     else:
         words = _answer_words(ref["answer"], ref["items"], ref["plain"])
         note = f"; {ref['note'].replace('_', ' ')}, graded on its content" if ref["note"] else ""
         lines.append(f"reference   {words}{note}")
         if ref["parsed_as"] is not None:
-            lines.append(f"            math-verify parses {ref['parsed_as']!r}")
+            lines.append(f"            math-verify parses {_show(ref['parsed_as'])}")
     lines.append(f"strategies  {chain}; multi_box={report['multi_box']}")
     if resp["no_answer_because"]:
         why = resp["no_answer_because"].replace("_", " ")
         lines.append(f"            none ran: {why} (a cut-off answer is never graded)")
     width = max((len(a["strategy"]) for a in resp["attempts"]), default=0)
     for attempt in resp["attempts"]:
-        found = "nothing" if attempt["found"] is None else repr(attempt["found"])
+        found = "nothing" if attempt["found"] is None else _show(attempt["found"])
         at = f" at {attempt['span']}" if attempt["span"] else ""
         mark = "  <- graded" if attempt["chosen"] else ""
         lines.append(f"  {attempt['strategy']:{width}}  {found}{at}{mark}")
@@ -211,7 +218,7 @@ def format_explanation(report: dict[str, Any]) -> str:
     words = _answer_words(answer, resp["items"], resp["plain"]) if answer else "none"
     lines.append(f"answer      {words}")
     if resp["parsed_as"] is not None:
-        lines.append(f"            math-verify parses {resp['parsed_as']!r}")
+        lines.append(f"            math-verify parses {_show(resp['parsed_as'])}")
     reward = "none" if outcome["reward"] is None else f"{outcome['reward']:g}"
     details = outcome["details"]
     how = details.get("reason") or details.get("path", "extraction")
