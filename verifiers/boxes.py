@@ -85,20 +85,26 @@ def box_argument(text: str, start: int) -> Span | None:
 
 # The last box of the last text asked about: extraction asks twice (is it cut off? what does
 # it hold?). One immutable entry, replaced whole, so threads never see a torn pair.
-_LAST: tuple[str, tuple[int, Span | None] | None] = ("", None)
+_LAST: tuple[str, tuple[bool, tuple[int, Span | None] | None]] = ("", (False, None))
+
+
+def _final_box(text: str) -> tuple[bool, tuple[int, Span | None] | None]:
+    """Whether ``text`` has ``\\fbox``, and its last box command (see :func:`_last_box`)."""
+    global _LAST
+    memo = _LAST
+    if memo[0] is text:
+        return memo[1]
+    has_fbox = "\\fbox" in text
+    found = (has_fbox, _find_last_box(text, len(text), has_fbox))
+    _LAST = (text, found)
+    return found
 
 
 def _last_box(text: str, end: int, has_fbox: bool) -> tuple[int, Span | None] | None:
     """The last box command starting before ``end``: (its position, its argument's span, or
     None when the argument is malformed); None when there is no box command before ``end``."""
-    global _LAST
     if end == len(text):
-        memo = _LAST
-        if memo[0] is text:
-            return memo[1]
-        found = _find_last_box(text, end, has_fbox)
-        _LAST = (text, found)
-        return found
+        return _final_box(text)[1]
     return _find_last_box(text, end, has_fbox)
 
 
@@ -124,7 +130,7 @@ def last_boxed_span(text: str) -> Span | None:
     Only the last box counts: if it is malformed (unbalanced braces, as in a truncated
     response), the answer is missing rather than silently replaced by an earlier box.
     """
-    found = _last_box(text, len(text), "\\fbox" in text)
+    found = _final_box(text)[1]
     return None if found is None else found[1]
 
 
@@ -137,9 +143,7 @@ def last_boxed(text: str) -> str | None:
 def _cut_off(text: str) -> str | None:
     """What follows the last box command when that box is cut off (``\\boxed`` at the end,
     or a ``\\boxed{`` whose braces never close), else None."""
-    if "\\boxed" not in text and "\\fbox" not in text:
-        return None
-    found = _last_box(text, len(text), "\\fbox" in text)
+    found = _final_box(text)[1]
     if found is None or found[1] is not None:
         return None
     pos = found[0]
@@ -255,12 +259,11 @@ def box_chain(text: str) -> list[Span] | None:
     belong to it (see the module docstring); None when the text has no box or its last box is
     malformed. Repeated boxes (``\\boxed{4} so \\boxed{4}``) are all returned; callers
     collapse them."""
-    has_fbox = "\\fbox" in text
-    found = _last_box(text, len(text), has_fbox)
+    has_fbox, found = _final_box(text)
     if found is None or found[1] is None:
         return None
     pos, span = found
-    if text.count("\\boxed", 0, pos) + (text.count("\\fbox", 0, pos) if has_fbox else 0) == 0:
+    if text.find("\\boxed") in (pos, -1) and (not has_fbox or text.find("\\fbox") == pos):
         return [span]  # the only box (the common case): nothing can join it
     in_env = _environment_boxes(text, pos, span, has_fbox)
     if in_env is not None and in_env[-1] == span:

@@ -367,8 +367,7 @@ def register_extractor(name: str, fn: Callable[[str], str | None]) -> None:
     EXTRACTORS.register(name, _UserFinder(fn))
 
 
-@dataclass(frozen=True)
-class Extraction:
+class Extraction(NamedTuple):
     """What extraction found: the answer (None if nothing) and which strategy found it.
 
     ``items`` holds the elements of a list answer written in several boxes or math spans
@@ -477,7 +476,9 @@ class AnswerExtractor:
             if close >= 0:
                 offset = close + len("</think>")
                 text = text[offset:]
-        if has_unclosed_box(text) or text.rfind("<answer>") > text.rfind("</answer>"):
+        if has_unclosed_box(text) or (
+            "<answer>" in text and text.rfind("<answer>") > text.rfind("</answer>")
+        ):
             return text, offset, "unclosed_answer"
         return text, offset, None
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
-from typing import Any
+from typing import Any, NamedTuple
 
 from .boxes import box_argument, boxed_spans, unclosed_box_content
 from .extract import Extraction, boxed_answer, read_found, read_math, split_top_level
@@ -74,8 +74,7 @@ def parser_input(answer: str, plain: bool = False) -> str:
     return "\\boxed{" + answer + "}"
 
 
-@dataclass(frozen=True)
-class ReferenceAnswer:
+class ReferenceAnswer(NamedTuple):
     """The answer a reference states: its text (None if it has none), whether it is written as
     plain text, a list's items, and ``note="unclosed_box"`` when its last box is cut off and
     the box's content was taken."""
@@ -92,6 +91,10 @@ def read_reference(reference: str, chain: bool = True) -> ReferenceAnswer:
     boxes that belong to it (``chain=False``: the last box alone), or Minerva's closing
     sentence after it; with neither, its text without math delimiters. A reference whose last
     box is cut off is graded on the box's content."""
+    if "\\" not in reference and "$" not in reference and "I hope" not in reference:
+        # plain text (a dataset's "72"): no box, math or closing sentence to look for
+        text = reference.strip()
+        return ReferenceAnswer(text or None, True)
     found = boxed_answer(reference, chain)
     if found is not None:
         text, items, plain = read_found(reference, found)
