@@ -85,7 +85,6 @@ class ReferenceAnswer(NamedTuple):
     note: str | None = None
 
 
-@lru_cache(maxsize=4096)
 def read_reference(reference: str, chain: bool = True) -> ReferenceAnswer:
     """Read a reference the way the ``boxed`` strategy reads a response: its last box with the
     boxes that belong to it (``chain=False``: the last box alone), or Minerva's closing
@@ -95,6 +94,11 @@ def read_reference(reference: str, chain: bool = True) -> ReferenceAnswer:
         # plain text (a dataset's "72"): no box, math or closing sentence to look for
         text = reference.strip()
         return ReferenceAnswer(text or None, True)
+    return _read_marked_up_reference(reference, chain)
+
+
+@lru_cache(maxsize=4096)
+def _read_marked_up_reference(reference: str, chain: bool) -> ReferenceAnswer:
     found = boxed_answer(reference, chain)
     if found is not None:
         text, items, plain = read_found(reference, found)
