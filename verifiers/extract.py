@@ -155,9 +155,10 @@ def closing_sentence(text: str, start: int = 0) -> Found | None:
     if hope < 0:
         return None
     lo = max(start, hope - _CLOSING_WINDOW)
-    at = text.lower().rfind("final answer is", lo, hope)
+    at = text[lo:hope].lower().rfind("final answer is")
     if at < 0:
         return None
+    at += lo
     a, b = at + len("final answer is"), hope
     if text[a : a + 1] == ":":
         a += 1
