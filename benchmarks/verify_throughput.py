@@ -8,13 +8,17 @@ Two fixed, seeded mixes of unique items:
   half of them wrong.
 
 Each (mix, method) runs in a fresh subprocess, so no method profits from sympy's or
-math-verify's caches warmed by another; each warms up on a separate seeded set first.
-The verdict cache is off. Run: ``python benchmarks/verify_throughput.py [--quick]``.
+math-verify's caches warmed by another; each warms up on a separate seeded set first, and
+its timed section starts after a full garbage collection: with sympy imported the heap holds
+some 220,000 objects, and a full collection that the warm-up left pending (about 0.1 s)
+would otherwise land in one method's window or another's by chance (a quarter of the integer
+mix's time). The collector stays on while timing. The verdict cache is off. Run: ``python benchmarks/verify_throughput.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -46,6 +50,7 @@ def run_method(mix: str, method: str, n: int, seed: int) -> dict:
 
         for ref, resp in warm:
             raw(ref, resp)
+        gc.collect()
         start = time.perf_counter()
         verdicts = []
         for ref, resp in items:
@@ -59,6 +64,7 @@ def run_method(mix: str, method: str, n: int, seed: int) -> dict:
         verifier = MathVerifier(timeout=10.0, workers=0 if method == "inline" else 2, cache_size=0)
         with verifier:
             verifier.verify_many(warm)
+            gc.collect()
             start = time.perf_counter()
             outcomes = verifier.verify_many(items)
             elapsed = time.perf_counter() - start

@@ -38,6 +38,19 @@ __all__ = ["BUNDLED", "MathDatasetEnv", "load_rows"]
 
 BUNDLED = {"gsm8k-sample": "gsm8k_sample.jsonl", "math-sample": "math_sample.jsonl"}
 _CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's inline calculator notes
+# A comma between two numbers that is neither a thousands separator (1,234) nor after a 0
+# (0,5): in a math dataset's answer it separates solutions (MATH's "-2,1"), while the verifier
+# reads such plain text as a decimal comma, as math-verify does. Such answers are stored in
+# math delimiters, where it is a list.
+_SOLUTION_LIST = re.compile(r"[+-]?[1-9]\d*,\d+", re.ASCII)
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+", re.ASCII)
+
+
+def _as_math(answer: str) -> str:
+    """``-2,1`` -> ``$-2,1$`` (a list of solutions, see above); any other answer unchanged."""
+    if _SOLUTION_LIST.fullmatch(answer) and not _THOUSANDS.fullmatch(answer):
+        return f"${answer}$"
+    return answer
 
 
 def _resolve(path: str) -> tuple[str, bytes]:
@@ -74,7 +87,7 @@ def build_task(
     if isinstance(worked, str):
         gold = worked
         boxes = [worked[a:b].strip() for a, b in boxed_spans(worked)]
-        # several boxes are the parts of one answer, graded together (MathVerifier multi_box)
+        # several boxes are one list answer, graded together (MathVerifier multi_box)
         final = (
             last_boxed(worked) if len(boxes) < 2 else ", ".join(f"\\boxed{{{b}}}" for b in boxes)
         )
@@ -92,7 +105,7 @@ def build_task(
     return Task(
         task_id=f"{name}:{row_id}",
         prompt=f"{text.strip()}\n\n{ANSWER_INSTRUCTION}",
-        answer=final,
+        answer=_as_math(final),
         family=family,
         difficulty=difficulty,
         solution=gold,

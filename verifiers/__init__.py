@@ -22,12 +22,14 @@ from .outcome import (
     RewardMap,
     Status,
 )
+from .presets import PRESETS
 
 __all__ = [
     "DEFAULT_REWARDS",
     "EXTRACTORS",
     "INFRASTRUCTURE_STATUSES",
     "POLICY_STATUSES",
+    "PRESETS",
     "AnswerExtractor",
     "MathVerifier",
     "Outcome",

@@ -16,6 +16,7 @@ model output in a server.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import weakref
@@ -26,49 +27,123 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
-from typing import Any
+from typing import Any, NamedTuple
 
-from .extract import (
-    AnswerExtractor,
-    boxed_spans,
-    last_boxed,
-    split_top_level,
-    strip_math_delimiters,
-)
+from .boxes import box_argument, boxed_spans, unclosed_box_content
+from .extract import Extraction, boxed_answer, read_found, read_math, split_top_level
 from .fair_slots import FairSlots
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
+from .presets import extractor_for
 from .worker_pool import WorkerPool, failure_status
 
-__all__ = ["MULTI_BOX", "MathVerifier", "reference_answer", "reference_parts"]
+__all__ = [
+    "GRADING_RULES",
+    "MULTI_BOX",
+    "MathVerifier",
+    "ReferenceAnswer",
+    "parser_input",
+    "read_reference",
+    "reference_answer",
+    "reference_parts",
+]
 
-# How a reference with several \boxed{} is graded (MathVerifier's `multi_box`):
-# "parts": every box is one part of the answer, in order, and all must be right;
-# "last": only the last box is the answer (the reference's other boxes are ignored).
-MULTI_BOX = ("parts", "last")
+# How several boxes are graded (MathVerifier's `multi_box`):
+# "list": the final answer is the last box with the boxes chained to it, on both sides, and a
+#   list answer is compared as math-verify compares lists (a set unless written as a tuple);
+# "parts": every box of the reference is one part, in order, and all must be right;
+# "last": only the last box of each side is the answer.
+MULTI_BOX = ("list", "parts", "last")
+# Changes whenever forkgym's own reading of answers changes (part of the verifier version).
+GRADING_RULES = 2
 
 _WORKER_MODULE = "forkgym.verifiers.math_worker"
 _CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
 
+# Numbers written as plain text that math-verify reads otherwise inside math: "1 000" is 1000
+# as text but 1*000 in math, "1,22" the decimal 1.22 as text but the list 1, 22 in math.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?: \d{3})+(?:\.\d+)?|\d+,\d+)", re.ASCII)
+
+
+def parser_input(answer: str, plain: bool = False) -> str:
+    """The exact text math-verify parses for an extracted answer: a number written as plain
+    text (``plain``) as it stands, anything else inside a box, so that math-verify reads that
+    text, all of it, as math."""
+    if plain and _PLAIN_NUMBER.fullmatch(answer):
+        return answer
+    return "\\boxed{" + answer + "}"
+
+
+class ReferenceAnswer(NamedTuple):
+    """The answer a reference states: its text (None if it has none), whether it is written as
+    plain text, a list's items, and ``note="unclosed_box"`` when its last box is cut off and
+    the box's content was taken."""
+
+    text: str | None
+    plain: bool = False
+    items: tuple[str, ...] | None = None
+    note: str | None = None
+
+
+def read_reference(reference: str, chain: bool = True) -> ReferenceAnswer:
+    """Read a reference the way the ``boxed`` strategy reads a response: its last box with the
+    boxes that belong to it (``chain=False``: the last box alone), or Minerva's closing
+    sentence after it; with neither, its text without math delimiters. A reference whose last
+    box is cut off is graded on the box's content."""
+    if "\\" not in reference and "$" not in reference and "I hope" not in reference:
+        # plain text (a dataset's "72"): no box, math or closing sentence to look for
+        text = reference.strip()
+        return ReferenceAnswer(text or None, True)
+    return _read_marked_up_reference(reference, chain)
+
 
 @lru_cache(maxsize=4096)
-def reference_answer(reference: str) -> str | None:
-    """The answer a reference states: its last ``\\boxed{}`` if it has one, else the text."""
+def _read_marked_up_reference(reference: str, chain: bool) -> ReferenceAnswer:
+    found = boxed_answer(reference, chain)
+    if found is not None:
+        text, items, plain = read_found(reference, found)
+        return ReferenceAnswer(text or None, plain, items)
     if "\\boxed" in reference or "\\fbox" in reference:
-        boxed = last_boxed(reference)
-        return strip_math_delimiters(boxed) if boxed is not None else None
-    return strip_math_delimiters(reference) or None
+        content = unclosed_box_content(reference)
+        if content is not None:
+            text, items = read_math(content.rstrip().rstrip("$.").rstrip())
+            return ReferenceAnswer(text or None, items=items, note="unclosed_box")
+        return ReferenceAnswer(None)
+    text, items = read_math(reference)
+    return ReferenceAnswer(text or None, items is None and text == reference.strip(), items)
+
+
+def reference_answer(reference: str) -> str | None:
+    """The answer a reference states (see :func:`read_reference`): ``"1,2"`` for
+    ``\\boxed{1}, \\boxed{2}``, ``"5"`` for ``$5$``; None if it states none."""
+    return read_reference(reference).text
+
+
+def _collapse(items: list[str]) -> list[str]:
+    """Consecutive repeats collapse: the same answer boxed twice is one part."""
+    return [x for i, x in enumerate(items) if i == 0 or x != items[i - 1]]
 
 
 def reference_parts(reference: str) -> list[str] | None:
-    """The parts of a multi-part reference (the contents of each of its ``\\boxed{}``, when it
-    has two or more), else None."""
+    """The parts of a multi-part reference (``multi_box="parts"``): the contents of each of
+    its boxes, repeats in a row collapsed, when two or more remain; else None."""
     if "\\boxed" not in reference and "\\fbox" not in reference:
         return None
-    spans = boxed_spans(reference)
-    if len(spans) < 2:
-        return None
-    return [strip_math_delimiters(reference[a:b]) for a, b in spans]
+    parts = _collapse([read_math(reference[a:b])[0] for a, b in boxed_spans(reference)])
+    return parts if len(parts) >= 2 else None
+
+
+def split_parts(answer: str) -> list[str]:
+    """One answer cut into parts at top-level commas and semicolons, a set's braces opened
+    first (``{2, 3, 5}`` and ``\\{2, 3, 5\\}`` are three parts)."""
+    s = answer.strip()
+    if s.startswith("\\left\\{") and s.endswith("\\right\\}"):
+        s = s[len("\\left\\{") : -len("\\right\\}")]
+    elif s.startswith("\\{") and s.endswith("\\}") and s.count("\\}") == 1:
+        s = s[2:-2]
+    elif s.startswith("{") and box_argument(s, 0) == (1, len(s) - 1):
+        s = s[1:-1]
+    return split_top_level(s)
 
 
 def _grade_in_worker(*args: Any) -> tuple[str, dict[str, Any]]:
@@ -88,10 +163,11 @@ class _Item:
 
     start: float
     parts: list[_Item] | None = None  # a multi-part answer: one item per part
+    note: str | None = None  # about the reference (an unclosed box whose content was taken)
     extracted: str | None = None
     strategy: str | None = None
     span: tuple[int, int] | None = None
-    key: tuple[str, str] | None = None  # (reference answer, extracted answer) for the pool
+    key: tuple[str, str] | None = None  # what math-verify parses: (reference, answer)
     status: Status | None = None
     details: dict[str, Any] | None = None
     end: float | None = None
@@ -109,18 +185,24 @@ class MathVerifier:
         timeout: hard wall-clock limit in seconds for one math-verify comparison, counted from
             when a worker starts it.
         workers: worker processes (default: CPU count); ``0`` grades in the calling thread.
-        extract: extraction strategies (see :class:`AnswerExtractor`), default last ``\\boxed``.
+        extract: extraction strategies (see :class:`AnswerExtractor`), default the last
+            ``\\boxed`` (with the boxes chained to it).
+        preset: a named chain of strategies for a dataset or model family (``gsm8k``,
+            ``math``, ``minerva``, ``r1``, ...; see :mod:`~forkgym.verifiers.presets`), instead
+            of ``extract``.
         rewards: status -> reward map for policy statuses.
         fast_path: grade plain numbers exactly without sympy.
         cache_size: verdicts remembered per (reference, answer); 0 disables. Timeouts and
             errors are never cached.
         memory_limit_mb: address-space cap of each worker (a huge expression fails as
             ``timeout`` with reason ``memory_limit`` instead of swapping the machine).
-        multi_box: a reference with two or more ``\\boxed{}`` is a multi-part answer:
-            ``"parts"`` (default) grades the response's last as many boxes (or its one box cut
-            at top-level commas or semicolons) part by part, in order, and is correct only when
-            every part is; ``"last"`` grades the last box alone, which pays a response that
-            answers only the last part.
+        multi_box: how several boxes are graded. ``"list"`` (default): on both sides the final
+            answer is the last box together with the boxes chained to it, and a list answer is
+            compared as math-verify compares lists: a set (order and repeats ignored) unless
+            written as a tuple. ``"parts"``: strict part-by-part grading; every box of the
+            reference is one part, and the response must answer each, in order (its last as
+            many boxes, or its one answer cut at top-level commas or semicolons).
+            ``"last"``: the last box of each side alone.
     """
 
     name = "math"
@@ -131,6 +213,7 @@ class MathVerifier:
         workers: int | None = None,
         *,
         extract: Iterable[str] = ("boxed",),
+        preset: str | None = None,
         rewards: RewardMap = DEFAULT_REWARDS,
         fast_path: bool = True,
         cache_size: int = 4096,
@@ -138,7 +221,7 @@ class MathVerifier:
         float_rounding: int = 6,
         numeric_precision: int = 15,
         timeout_memory_s: float = 600.0,
-        multi_box: str = "parts",
+        multi_box: str = "list",
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
@@ -146,7 +229,8 @@ class MathVerifier:
             raise ValueError(f"multi_box must be one of {MULTI_BOX}, got {multi_box!r}")
         # what a pickled copy is rebuilt from (the pool, locks and caches are not state)
         self._init_args = {
-            "timeout": timeout, "workers": workers, "extract": tuple(extract), "rewards": rewards,
+            "timeout": timeout, "workers": workers, "extract": tuple(extract), "preset": preset,
+            "rewards": rewards,
             "fast_path": fast_path, "cache_size": cache_size, "memory_limit_mb": memory_limit_mb,
             "float_rounding": float_rounding, "numeric_precision": numeric_precision,
             "timeout_memory_s": timeout_memory_s, "multi_box": multi_box,
@@ -158,7 +242,7 @@ class MathVerifier:
         self.timeout = float(timeout)
         self.multi_box = multi_box
         self.workers = workers
-        self.extractor = AnswerExtractor(extract)
+        self.extractor = extractor_for(extract, preset, chain_boxes=multi_box != "last")
         self.rewards = rewards
         self.fast_path = fast_path
         self.cache_size = cache_size
@@ -200,7 +284,7 @@ class MathVerifier:
             mv = "unknown"
         return (
             f"forkgym-{__version__}+math-verify-{mv}"
-            f";extract={','.join(self.extractor.names)}"
+            f";rules={GRADING_RULES};extract={self.extractor.describe()}"
             f";round={self.float_rounding};precision={self.numeric_precision}"
             f";multi_box={self.multi_box}"
         )
@@ -232,6 +316,46 @@ class MathVerifier:
         if todo:
             self._grade_symbolic(todo)
         return self._outcome(item)
+
+    def explain(self, reference: str, response: str) -> dict[str, Any]:
+        """How one pair is graded, stage by stage, as plain data: what the reference is read
+        as, what every extraction strategy finds in the response (the graded one marked
+        ``chosen``), the exact texts math-verify parses, and the outcome."""
+        outcome = self.verify(reference, response)
+        extraction, attempts, stopped = self.extractor.explain(response)
+        info: dict[str, Any] = {
+            "preset": self.extractor.preset,
+            "strategies": list(self.extractor.names),
+            "after_think": self.extractor.after_think,
+            "multi_box": self.multi_box,
+        }
+        parts = reference_parts(reference) if self.multi_box == "parts" else None
+        if parts is not None:
+            info["reference"] = {"parts": parts}
+        else:
+            ref = read_reference(reference, self.multi_box != "last")
+            info["reference"] = {
+                "answer": ref.text, "items": list(ref.items or []) or None, "plain": ref.plain,
+                "note": ref.note,
+                "parsed_as": None if ref.text is None else parser_input(ref.text, ref.plain),
+            }  # fmt: skip
+        info["response"] = {
+            "no_answer_because": stopped,
+            "attempts": [
+                {"strategy": a.strategy, "found": a.answer, "span": list(a.span) if a.span else None,
+                 "items": list(a.items) if a.items else None, "plain": a.plain, "chosen": a.chosen}
+                for a in attempts
+            ],
+            "answer": extraction.answer,
+            "strategy": extraction.strategy,
+            "items": list(extraction.items) if extraction.items else None,
+            "plain": extraction.plain,
+            "parsed_as": None
+            if extraction.answer is None or parts is not None
+            else parser_input(extraction.answer, extraction.plain),
+        }  # fmt: skip
+        info["outcome"] = outcome.to_dict()
+        return info
 
     def verify_quick(self, reference: str, response: str) -> Outcome | None:
         """The outcome if extraction, the verdict cache or the fast path decide it, else None.
@@ -272,18 +396,28 @@ class MathVerifier:
         parts = reference_parts(reference) if self.multi_box == "parts" else None
         if parts is not None:
             return self._prepare_parts(item, parts, response)
-        ref = reference_answer(reference)
-        if ref is None:
+        ref = read_reference(reference, self.multi_box != "last")
+        item.note = ref.note
+        if ref.text is None:
             return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
         found = self.extractor(response)
         item.extracted, item.strategy, item.span = found.answer, found.strategy, found.span
         if found.answer is None:
             return self._done(item, Status.INVALID, {"reason": found.reason})
-        return self._judge(item, ref, found.answer)
+        return self._judge(item, ref.text, found.answer, ref.plain, found.plain)
 
-    def _judge(self, item: _Item, ref: str, answer: str) -> _Item:
-        """The verdict cache, the timeout memory and the fast path; unset status = symbolic."""
-        item.key = (ref, answer)
+    def _judge(
+        self, item: _Item, ref: str, answer: str, ref_plain: bool = False, plain: bool = False
+    ) -> _Item:
+        """The fast path, the timeout memory and the verdict cache; unset status = symbolic.
+        (The fast path goes first: what it decides never reaches the pool, so it is never in
+        the cache or the timeout memory.)"""
+        if self.fast_path:
+            verdict = fast_compare(ref, answer)
+            if verdict is not None:
+                status = Status.CORRECT if verdict else Status.INCORRECT
+                return self._done(item, status, {"path": "fast"})
+        item.key = (parser_input(ref, ref_plain), parser_input(answer, plain))
         if self.timeout_memory_s > 0:
             with self._cache_lock:
                 until = self._timed_out.get(item.key)
@@ -297,36 +431,38 @@ class MathVerifier:
                     self._cache.move_to_end(item.key)
             if hit is not None:
                 return self._done(item, hit[0], {**hit[1], "path": "cache"})
-        if self.fast_path:
-            verdict = fast_compare(ref, answer)
-            if verdict is not None:
-                status = Status.CORRECT if verdict else Status.INCORRECT
-                return self._done(item, status, {"path": "fast"})
         item.prepared = time.perf_counter()
         return item
 
     def _prepare_parts(self, item: _Item, refs: list[str], response: str) -> _Item:
-        """A multi-part reference: the response's answers, one per part (see ``multi_box``)."""
+        """A multi-part reference: the response's answers, one per part (``multi_box="parts"``)."""
         if not all(refs):
             return self._done(item, Status.ERROR, {"reason": "reference_unparseable"})
-        spans = boxed_spans(response) if "box" in response else []
-        if len(spans) >= len(refs):
-            spans = spans[-len(refs) :]
-            answers = [strip_math_delimiters(response[a:b]) for a, b in spans]
-            item.strategy, item.span = "boxed_parts", (spans[0][0], spans[-1][1])
+        scope, offset, reason = self.extractor.scope(response)
+        if reason is not None:
+            return self._done(item, Status.INVALID, {"reason": reason, "parts": len(refs)})
+        boxes: list[tuple[str, tuple[int, int]]] = []  # (content, span), repeats collapsed
+        for a, b in boxed_spans(scope) if "box" in scope else []:
+            content = read_math(scope[a:b])[0]
+            if not boxes or boxes[-1][0] != content:
+                boxes.append((content, (a, b)))
+        plain = False
+        if len(boxes) >= len(refs):
+            answers = [content for content, _ in boxes[-len(refs) :]]
+            first, last = boxes[-len(refs)][1], boxes[-1][1]
+            item.strategy, item.span = "boxed_parts", (offset + first[0], offset + last[1])
         else:
-            found = self.extractor(response)
+            found: Extraction = self.extractor(response)
             if found.answer is None:
-                item.strategy = None
                 return self._done(item, Status.INVALID, {"reason": found.reason, "parts": len(refs)})  # fmt: skip
-            answers = split_top_level(found.answer)
-            item.strategy, item.span = found.strategy, found.span
+            answers = list(found.items) if found.items else split_parts(found.answer)
+            item.strategy, item.span, plain = found.strategy, found.span, found.plain
         item.extracted = ", ".join(answers)
         if len(answers) != len(refs) or not all(answers):
             details = {"reason": "parts_missing", "parts": len(refs), "answered": len(answers)}
             return self._done(item, Status.INCORRECT, details)
         item.parts = [
-            self._judge(_Item(start=item.start), ref, answer)
+            self._judge(_Item(start=item.start), ref, answer, plain=plain and len(answers) == 1)
             for ref, answer in zip(refs, answers, strict=True)
         ]
         self._combine(item)
@@ -480,6 +616,8 @@ class MathVerifier:
             self._combine(item)
         assert item.status is not None and item.details is not None and item.end is not None
         details = dict(item.details)
+        if item.note is not None:
+            details["reference_note"] = item.note
         if item.strategy is not None:
             details["strategy"] = item.strategy
         if item.span is not None:

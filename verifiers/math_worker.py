@@ -9,7 +9,6 @@ timeouts are switched off because the pool enforces a hard wall-clock limit from
 from __future__ import annotations
 
 import logging
-import re
 from functools import lru_cache
 from typing import Any
 
@@ -41,24 +40,15 @@ def _complete_the_antlr_4_9_parser() -> None:
 _complete_the_antlr_4_9_parser()
 
 
-def _parse_answer(answer: str) -> list[Any]:
-    # The answer is already extracted; boxing it makes math-verify parse exactly this text.
-    return parse("\\boxed{" + answer + "}", list(_CONFIG), parsing_timeout=None)
-
-
-# A bare number with one comma: math-verify reads "1,22" as the decimal 1.22 but
-# "\\boxed{1,22}" as the set {1, 22}. Such a reference is parsed as written, so boxing it for
-# the parser does not change what it means.
-_COMMA_NUMBER = re.compile(r"[+-]?\d+,\d+", re.ASCII)
+def _parse(text: str) -> list[Any]:
+    # The caller hands over exactly what to parse (see math_verifier.parser_input): an
+    # extracted answer inside a box, or a plain-text number as written.
+    return parse(text, list(_CONFIG), parsing_timeout=None)
 
 
 @lru_cache(maxsize=2048)
 def _parse_reference(reference: str) -> tuple[Any, ...]:
-    if _COMMA_NUMBER.fullmatch(reference.strip()):
-        bare = parse(reference.strip(), list(_CONFIG), parsing_timeout=None)
-        if bare:
-            return tuple(bare)
-    return tuple(_parse_answer(reference))
+    return tuple(_parse(reference))
 
 
 def grade(
@@ -67,7 +57,8 @@ def grade(
     float_rounding: int = 6,
     numeric_precision: int = 15,
 ) -> tuple[str, dict[str, Any]]:
-    """Compare an extracted answer with a reference; returns ``(status value, details)``."""
+    """Compare an answer with a reference, each the text math-verify is to parse (an answer
+    inside ``\\boxed{}``, or a plain-text number); returns ``(status value, details)``."""
     try:
         gold = _parse_reference(reference)
     except MemoryError:
@@ -75,7 +66,7 @@ def grade(
     if not gold:
         return "error", {"reason": "reference_unparseable"}
     try:
-        pred = _parse_answer(answer)
+        pred = _parse(answer)
     except MemoryError:
         return "timeout", {"reason": "memory_limit", "stage": "parse_answer"}
     if not pred:
@@ -95,9 +86,9 @@ def grade(
 
 def warm_up() -> None:
     """Exercise the parsers once so the first real request does not pay for lazy set-up."""
-    grade("\\frac{1}{2}", "0.5")
-    grade("x^2+1", "1+x^2")
-    grade("[0,1)", "(1,2)")
+    grade("\\boxed{\\frac{1}{2}}", "\\boxed{0.5}")
+    grade("\\boxed{x^2+1}", "\\boxed{1+x^2}")
+    grade("\\boxed{[0,1)}", "\\boxed{(1,2)}")
 
 
 warm_up()

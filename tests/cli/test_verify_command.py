@@ -124,3 +124,49 @@ def test_a_numeric_reference_is_graded_as_its_text(tmp_path):
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in rows] == ["correct", "correct"]
+
+
+def test_explain_shows_what_each_strategy_found():
+    response = "She sold 48 + 24 = 72 clips. The answer is 72.\n#### 72"
+    result = invoke(
+        "verify", "-r", "72", "-s", response, "--preset", "gsm8k", "--explain", "--workers", "0"
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "strategies  gsm8k, boxed, answer_is (preset gsm8k); multi_box=list" in lines
+    assert any(line.split()[:2] == ["gsm8k", "'72'"] and line.endswith("<- graded") for line in lines)  # fmt: skip
+    assert any(line.split() == ["boxed", "nothing"] for line in lines)
+    assert any(line.split()[:2] == ["answer_is", "'72'"] and "graded" not in line for line in lines)  # fmt: skip
+    assert lines[-1].startswith("verdict     correct  reward=1")
+
+
+def test_explain_names_a_cut_off_answer_and_a_list():
+    result = invoke("verify", "-r", "42", "-s", r"So \boxed{42", "--preset", "lenient", "--explain", "--workers", "0")  # fmt: skip
+    assert "none ran: unclosed answer" in result.stdout
+    assert result.stdout.splitlines()[-1].startswith("verdict     invalid")
+    result = invoke("verify", "-r", "$-2,1$", "-s", r"$\boxed{1}$ and $\boxed{-2}$", "--explain", "--json", "--workers", "0")  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["reference"]["parsed_as"] == r"\boxed{-2,1}"
+    chosen = [a for a in report["response"]["attempts"] if a["chosen"]]
+    assert chosen == [{"strategy": "boxed", "found": "1,-2", "span": [8, 26], "items": ["1", "-2"], "plain": False, "chosen": True}]  # fmt: skip
+    assert report["outcome"]["status"] == "correct"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--preset", "gsm"),
+        ("--preset", "math", "--extract", "answer_is"),
+        ("--multi-box", "all"),
+    ],
+)
+def test_bad_extraction_options_are_usage_errors(args):
+    result = runner.invoke(app, ["verify", "-r", "1", "-s", r"\boxed{1}", "--workers", "0", *args])  # fmt: skip
+    assert result.exit_code == 2
+
+
+def test_explain_needs_a_single_answer(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"reference": "1", "response": "1"}) + "\n")
+    result = runner.invoke(app, ["verify", "-i", str(src), "-o", "-", "--explain"])
+    assert result.exit_code == 2

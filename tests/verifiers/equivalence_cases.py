@@ -112,9 +112,22 @@ CASES: list[tuple[str, str, str, str]] = [
     ("units", "12", r"\boxed{12\text{ apples}}", OK),
     ("units", "5", r"\boxed{\$5}", OK),
     ("units", "10", r"\boxed{\text{10}}", OK),
-    # extraction: the last box is the answer; references may carry a box too
-    ("extraction", "2", r"first \boxed{1} and finally \boxed{2}", OK),
-    ("extraction", "1", r"first \boxed{1} and finally \boxed{2}", NO),
+    # extraction: the last box is the answer (with the boxes chained to it by a short joining
+    # text: a list, as math-verify reads it); references may carry a box too
+    (
+        "extraction",
+        "2",
+        r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}",
+        OK,
+    ),
+    (
+        "extraction",
+        "1",
+        r"first \boxed{1}. Then I checked every case again carefully: \boxed{2}",
+        NO,
+    ),
+    ("extraction", "2", r"first \boxed{1} and finally \boxed{2}", NO),  # the list 1, 2
+    ("extraction", "1, 2", r"first \boxed{1} and finally \boxed{2}", OK),
     ("extraction", "3", r"\fbox{3}", OK),
     ("extraction", "3", r"$\boxed 3$", OK),
     ("extraction", r"The answer is $\boxed{\frac{1}{2}}$.", r"\boxed{0.5}", OK),

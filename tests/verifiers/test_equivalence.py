@@ -6,6 +6,7 @@ import pytest
 
 from forkgym.verifiers import reference_answer
 from forkgym.verifiers.fastpath import fast_compare
+from forkgym.verifiers.math_verifier import parser_input
 
 from .equivalence_cases import CASES
 
@@ -50,7 +51,7 @@ def test_fast_path_and_math_verify_agree_on_the_table():
         if verdict is None:
             continue
         decided += 1
-        status, _ = grade(reference_answer(reference), answer)
+        status, _ = grade(parser_input(reference_answer(reference)), parser_input(answer))
         assert verdict == (status == "correct"), (reference, answer, status)
     assert decided >= 30  # the agreement must be checked on a real share of the table
 

@@ -88,10 +88,14 @@ def test_strip_math_delimiters():
 
 
 def test_spans_point_at_the_graded_text():
-    text = r"first \boxed{1}, then $\boxed{\frac{1}{2}}$. So 1/2."
+    text = r"first \boxed{1}. Then I checked it twice: $\boxed{\frac{1}{2}}$. So 1/2."
     found = AnswerExtractor()(text)
     start, end = found.span
     assert text[start:end] == r"\frac{1}{2}" and found.answer == r"\frac{1}{2}"
+    text = r"so $\boxed{1}$ and $\boxed{2}$."  # a list: the span covers its boxes
+    found = AnswerExtractor()(text)
+    assert (found.answer, found.items) == ("1,2", ("1", "2"))
+    assert text[slice(*found.span)] == r"1}$ and $\boxed{2"
     found = AnswerExtractor(["answer_is"])("so the answer is 42.")
     assert "so the answer is 42."[slice(*found.span)] == "42"
     register_extractor("_test_upper", lambda text: text.upper() if text else None)
@@ -103,10 +107,19 @@ def test_spans_point_at_the_graded_text():
 
 
 def test_every_strategy_is_linear_on_hostile_text():
-    hostile = [("<answer>", 10_000), ("answer is ", 5_000), ("#### ", 10_000), ("1,", 25_000), ("\\boxed{", 10_000)]  # fmt: skip
-    extract = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "last_number"])
+    hostile = [
+        ("<answer>", 10_000), ("answer is ", 5_000), ("#### ", 10_000), ("1,", 25_000),
+        ("\\boxed{", 10_000), ("\\boxed{1}, ", 5_000), ("$\\boxed{1}$ and ", 5_000),
+        ("\\[\\boxed{1} ", 5_000), ("$$\\boxed{1}", 5_000), ("$", 25_000), ("I hope ", 10_000),
+        ("Final Answer: The final answer is $1$. I hope ", 2_000), ("<think>", 10_000),
+    ]  # fmt: skip
+    extract = AnswerExtractor(["boxed", "gsm8k", "answer_tag", "answer_is", "minerva", "last_number"])  # fmt: skip
     for unit, n in hostile:  # 4x the input, at most 8x the time (quadratic would be 16x)
         assert growth(extract, unit, n) < 8, unit
+        assert growth(extract, unit + "\\boxed{2}", n // 2) < 8, unit  # with a final box
+    r1 = AnswerExtractor(["answer_tag", "boxed"], after_think=True)
+    for unit in ("<think>", "</think>", "<think> \\boxed{1} </think> "):
+        assert growth(r1, unit, 5_000) < 8, unit
 
 
 # -- answers as real models write them (each a reproducer from the integrations issue) -------

@@ -173,6 +173,59 @@ def grade_file(
     return counts, rewards, time.perf_counter() - start
 
 
+def _show(text: str) -> str:
+    """A text in quotes, as written (a LaTeX backslash stays one backslash)."""
+    return "'" + text.replace("\n", "\\n") + "'"
+
+
+def _answer_words(answer: str | None, items: list[str] | None, plain: bool) -> str:
+    if answer is None:
+        return "nothing"
+    kind = f"a list of {len(items)}" if items else ("plain text" if plain else "math")
+    return f"{_show(answer)} ({kind})"
+
+
+def format_explanation(report: dict[str, Any]) -> str:
+    """``forkgym verify --explain``: the stages of one verification as lines of text."""
+    ref, resp, outcome = report["reference"], report["response"], report["outcome"]
+    chain = ", ".join(report["strategies"])
+    if report["preset"]:
+        chain += f" (preset {report['preset']})"
+    if report["after_think"]:
+        chain += "; only the text after </think>"
+    lines = []
+    if "parts" in ref:
+        lines.append(
+            f"reference   {len(ref['parts'])} parts: {', '.join(map(_show, ref['parts']))}"
+        )
+    else:
+        words = _answer_words(ref["answer"], ref["items"], ref["plain"])
+        note = f"; {ref['note'].replace('_', ' ')}, graded on its content" if ref["note"] else ""
+        lines.append(f"reference   {words}{note}")
+        if ref["parsed_as"] is not None:
+            lines.append(f"            math-verify parses {_show(ref['parsed_as'])}")
+    lines.append(f"strategies  {chain}; multi_box={report['multi_box']}")
+    if resp["no_answer_because"]:
+        why = resp["no_answer_because"].replace("_", " ")
+        lines.append(f"            none ran: {why} (a cut-off answer is never graded)")
+    width = max((len(a["strategy"]) for a in resp["attempts"]), default=0)
+    for attempt in resp["attempts"]:
+        found = "nothing" if attempt["found"] is None else _show(attempt["found"])
+        at = f" at {attempt['span']}" if attempt["span"] else ""
+        mark = "  <- graded" if attempt["chosen"] else ""
+        lines.append(f"  {attempt['strategy']:{width}}  {found}{at}{mark}")
+    answer = resp["answer"]
+    words = _answer_words(answer, resp["items"], resp["plain"]) if answer else "none"
+    lines.append(f"answer      {words}")
+    if resp["parsed_as"] is not None:
+        lines.append(f"            math-verify parses {_show(resp['parsed_as'])}")
+    reward = "none" if outcome["reward"] is None else f"{outcome['reward']:g}"
+    details = outcome["details"]
+    how = details.get("reason") or details.get("path", "extraction")
+    lines.append(f"verdict     {outcome['status']}  reward={reward}  ({how})")
+    return "\n".join(lines)
+
+
 def verify(
     reference: Annotated[
         str | None, typer.Option("--reference", "-r", help="Reference answer (LaTeX or plain).")
@@ -210,16 +263,32 @@ def verify(
     extract: Annotated[
         list[str],
         typer.Option(
-            help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, answer_is, last_number."
+            help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, "
+            "answer_is, minerva, last_number."
         ),
     ] = ["boxed"],  # noqa: B006
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="A named extraction chain instead of --extract: math, gsm8k, minerva, r1, "
+            "lenient (see docs/verifier.md)."
+        ),
+    ] = None,
     multi_box: Annotated[
         str,
         typer.Option(
-            help="A reference with several \\boxed{}: 'parts' grades every box, in order; "
-            "'last' only the last."
+            help="Several \\boxed{}: 'list' (one list answer, compared as a set unless a "
+            "tuple), 'parts' (each reference box a part, in order), 'last' (the last box)."
         ),
-    ] = "parts",
+    ] = "list",
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="With --reference/--response: show what each extraction strategy found, "
+            "what was graded and how.",
+        ),
+    ] = False,
     batch_size: Annotated[
         int, typer.Option(min=1, help="Rows graded per batch in file mode.")
     ] = 256,
@@ -246,14 +315,20 @@ def verify(
         raise typer.BadParameter("--reference and --response go together")
     if input is not None and output is None:
         raise typer.BadParameter("--input needs --output (a path, or '-' for stdout)")
+    if explain and not single:
+        raise typer.BadParameter("--explain grades one answer: give --reference and --response")
     try:
         verifier = MathVerifier(
-            timeout=timeout, workers=workers, extract=extract, multi_box=multi_box
+            timeout=timeout, workers=workers, extract=extract, preset=preset, multi_box=multi_box
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
     with closing(verifier):  # the pool starts only if a symbolic answer needs it
+        if single and explain:
+            report = verifier.explain(reference, response)  # type: ignore[arg-type]
+            typer.echo(json.dumps(report) if as_json else format_explanation(report))
+            return
         if single:
             outcome = verifier.verify(reference, response)  # type: ignore[arg-type]
             if as_json:
