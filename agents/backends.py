@@ -105,6 +105,7 @@ def _vllm(
     sleep_level: int = 1,
     allow_truncated_sampling: bool = False,
     engine_kwargs: dict[str, Any] | None = None,
+    weight_push: bool = True,
 ) -> Policy:
     from .vllm_policy import VLLMPolicy
 
@@ -118,6 +119,7 @@ def _vllm(
         "sleep_level": sleep_level,
         "allow_truncated_sampling": allow_truncated_sampling,
         "engine_kwargs": engine_kwargs,
+        "weight_push": weight_push,
     }
     if model_path is not None:
         return VLLMPolicy(model_path, tokenizer, **options)

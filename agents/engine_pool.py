@@ -19,7 +19,7 @@ cannot be pooled: N engines on one module would be one engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -52,6 +52,21 @@ class EnginePool:
         self.engines = list(engines)
         self._seed_stream = torch.Generator().manual_seed(seed)
         self._threads = ThreadPoolExecutor(len(self.engines), thread_name_prefix="engine")
+
+    @classmethod
+    def build(cls, make: Callable[[int], Policy], count: int, *, seed: int) -> EnginePool:
+        """``count`` engines ``make(i)``, refused after the first when that kind cannot
+        generate beside another in one process (it says so with ``concurrent = False``)."""
+        first = make(0)
+        if not getattr(first, "concurrent", True):
+            close = getattr(first, "close", None)
+            if close is not None:
+                close()
+            raise ValueError(
+                f"generation_engines={count} needs engines that generate at the same time, and "
+                f"{type(first).__name__} here cannot (see its `concurrent`); use generation_engines=1"
+            )
+        return cls([first, *(make(i) for i in range(1, count))], seed=seed)
 
     @property
     def weight_version(self) -> int:
@@ -99,4 +114,9 @@ class EnginePool:
                 offload()
 
     def close(self) -> None:
+        """Stop the threads, then shut every engine down."""
         self._threads.shutdown(wait=True)
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()

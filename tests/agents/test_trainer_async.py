@@ -158,3 +158,27 @@ def test_engines_on_the_trainers_own_module_are_refused(option):
         TrainConfig(**option)
     with pytest.raises(ConfigError, match="measure_drift"):
         TrainConfig(max_staleness=1, measure_drift=False, **OWN)
+
+
+def test_a_pool_shuts_every_engine_down_and_refuses_engines_that_cannot_share_a_process(
+    tiny_model_dir,
+):
+    model, tokenizer = load_policy_model(str(tiny_model_dir))
+    closed = []
+
+    def engine(i: int) -> HFPolicy:
+        policy = HFPolicy(model, tokenizer, seed=i)
+        policy.close = lambda: closed.append(i)  # HFPolicy holds nothing to shut down
+        return policy
+
+    EnginePool.build(engine, 3, seed=0).close()
+    assert closed == [0, 1, 2]
+
+    def lone(i: int) -> HFPolicy:
+        policy = engine(10 + i)
+        policy.concurrent = False  # as an in-process vLLM CPU engine says
+        return policy
+
+    with pytest.raises(ValueError, match="generation_engines=2 needs engines that generate"):
+        EnginePool.build(lone, 2, seed=0)
+    assert closed[3:] == [10]  # the one engine built was shut down, no second one started

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .endings import recorded_ending
 from .envs import KwargOption, check_env, parse_kwargs
 from .errors import fail
 
@@ -118,12 +119,15 @@ def train(
     except ConfigError as exc:
         fail(str(exc))
     _check_run(cfg, model_given=model is not None or _file_sets(config, overrides, "model"))
-    try:
-        trainer = Trainer(cfg, resume=resume)
-    except FileNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    # under torchrun every rank runs this command; rank 0 alone draws and reports
-    last = _run_with_progress(trainer, show=cfg.progress and trainer.world.main)
+    # however the run ends, its engine is shut down and the run folder says why (endings.py)
+    with recorded_ending("train", cfg.out):
+        try:
+            trainer = Trainer(cfg, resume=resume)
+        except FileNotFoundError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        with trainer:
+            # under torchrun every rank runs this command; rank 0 alone draws and reports
+            last = _run_with_progress(trainer, show=cfg.progress and trainer.world.main)
     if not trainer.world.main:
         return
     summary = {
@@ -285,7 +289,7 @@ def evaluate(
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401
-    from forkgym.agents.backends import BACKENDS, build_policy, missing_requirement
+    from forkgym.agents.backends import BACKENDS, missing_requirement
     from forkgym.agents.evaluate import evaluate as run_eval
 
     if backend not in BACKENDS:
@@ -312,25 +316,23 @@ def evaluate(
         net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
     except FileNotFoundError as exc:
         raise typer.BadParameter(str(exc), param_hint="--model") from None
-    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
-    try:
-        with _eval_progress(progress) as on_progress:
-            result = run_eval(
-                policy,
-                tokenizer,
-                lambda: gym.make(_env_id(env), **kwargs),
-                episodes=episodes,
-                seed=seed,
-                k=pass_k,
-                max_new_tokens=max_new_tokens,
-                temperature=settings["temperature"],
-                progress=on_progress,
-                chunk=max(8, -(-episodes // 20)),  # about 20 updates of the bar
-            )
-    finally:
-        close = getattr(policy, "close", None)
-        if close is not None:
-            close()
+
+    def held_out(policy: Any, on_progress: Any) -> dict[str, Any]:
+        return run_eval(
+            policy,
+            tokenizer,
+            lambda: gym.make(_env_id(env), **kwargs),
+            episodes=episodes,
+            seed=seed,
+            k=pass_k,
+            max_new_tokens=max_new_tokens,
+            temperature=settings["temperature"],
+            progress=on_progress,
+            chunk=max(8, -(-episodes // 20)),  # about 20 updates of the bar
+        )
+
+    with recorded_ending("eval", None):
+        result = _evaluate_with(backend, net, tokenizer, seed, options, progress, held_out)
     typer.echo(
         json.dumps(
             {
@@ -345,6 +347,29 @@ def evaluate(
             }
         )
     )
+
+
+def _evaluate_with(
+    backend: str,
+    net: Any,
+    tokenizer: Any,
+    seed: int,
+    options: dict[str, Any],
+    progress: bool,
+    run: Any,
+) -> dict[str, Any]:
+    """``run(policy, on_progress)`` on the backend's policy, which is closed (its engine shut
+    down) however the evaluation ends."""
+    from forkgym.agents.backends import build_policy
+
+    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
+    try:
+        with _eval_progress(progress) as on_progress:
+            return run(policy, on_progress)
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
 
 
 def _eval_defaults() -> dict[str, Any]:
@@ -454,8 +479,8 @@ def _eval_model(
         if base_url is None:
             raise typer.BadParameter("--backend openai needs --base-url")
         return None, load_tokenizer(model), {"base_url": base_url, "served_model": served_model}
-    if backend == "vllm":  # the engine loads the weights itself
-        return None, load_tokenizer(model), {"model_path": model}
+    if backend == "vllm":  # the engine loads the weights itself and never takes new ones
+        return None, load_tokenizer(model), {"model_path": model, "weight_push": False}
     net, tokenizer = load_policy_model(model)
     net.eval()
     return net, tokenizer, {}
