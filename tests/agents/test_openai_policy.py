@@ -3,9 +3,11 @@ process on a loopback port in the vLLM environment (``python3 dev.py test-vllm``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,7 +99,10 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         "--generation-config", "vllm", "--enforce-eager", "--served-model-name", "tiny",
     ]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # a session of its own: teardown ends the server and its engine core process together
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 300
     try:
@@ -114,11 +119,13 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
             time.sleep(1)
         yield base
     finally:
-        proc.terminate()
-        try:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the session is left
+        proc.wait()
 
 
 def _cli(*args: str) -> dict:
