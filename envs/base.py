@@ -38,7 +38,22 @@ from .grading import Verifier, default_verifier
 from .spaces import DEFAULT_MAX_CHARS, UnicodeText, chat_observation_space
 from .task import Task
 
-__all__ = ["TextEnv", "Turn", "derived_pcg64_state"]
+__all__ = ["SPLITS", "TextEnv", "Turn", "content_split", "derived_pcg64_state"]
+
+SPLITS = ("train", "eval")
+MAX_SPLIT_DRAWS = 10_000  # task ids drawn at most for one reset into a split
+
+
+def content_split(content: str, eval_fraction: float) -> str:
+    """``"eval"`` or ``"train"``: which side of the held-out partition a task falls on, by a
+    hash of its content (:meth:`TextEnv.content_key`: the prompt without the env's answer-format
+    instruction, whitespace normalised), never by its seed. Every problem with the same text is
+    on the same side in any env configuration, process or run, so a model is evaluated only on
+    problems it never saw as a training prompt or a demonstration."""
+    text = " ".join(content.split()).encode()
+    digest = hashlib.blake2b(text, digest_size=8, person=b"forkgym-split").digest()
+    return "eval" if int.from_bytes(digest, "little") < eval_fraction * 2**64 else "train"
+
 
 _ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
@@ -92,6 +107,9 @@ class TextEnv(gym.Env[dict[str, Any], str]):
     env_version: ClassVar[int] = 0
     task_prefix: ClassVar[str] = "task"
     system_prompt: ClassVar[str | None] = None
+    # sentences a prompt may carry that say how to answer, not what the problem is (left out of
+    # content_key, so an env with and without them splits its problems alike)
+    instruction_texts: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -103,7 +121,17 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         max_chars: int = DEFAULT_MAX_CHARS,
         render_mode: str | None = None,
         system_prompt: str | type[_Default] | None = _Default,
+        task_split: str | None = None,
+        eval_fraction: float = 0.2,
     ) -> None:
+        """``task_split``: ``"train"`` or ``"eval"`` draws only tasks on that side of the
+        content partition (:func:`content_split` of the prompt, ``eval_fraction`` of all texts
+        on the eval side); None draws from every task."""
+        if task_split is not None and task_split not in SPLITS:
+            raise ValueError(f"task_split must be one of {SPLITS} or None, got {task_split!r}")
+        if not 0.0 < eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}")
+        self.task_split, self.eval_fraction = task_split, eval_fraction
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -121,6 +149,8 @@ class TextEnv(gym.Env[dict[str, Any], str]):
             "max_turns": max_turns,
             "max_chars": max_chars,
             "system_prompt": system_prompt,
+            "task_split": task_split,
+            "eval_fraction": eval_fraction,
         }
         self.verifier = verifier
         self.rewards = rewards
@@ -190,6 +220,10 @@ class TextEnv(gym.Env[dict[str, Any], str]):
                 "max_turns": self.max_turns,
                 "rewards": self.rewards.as_dict(),
                 "system_prompt": self.system_prompt,
+                # unsplit envs keep their fingerprint of before splits existed
+                **(
+                    {"task_split": [self.task_split, self.eval_fraction]} if self.task_split else {}
+                ),
             },
             sort_keys=True,
             default=str,
@@ -229,10 +263,29 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         task_id = options.pop("task_id", None)
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; supported: 'task_id'")
-        if task_id is None:
-            task_id = self.sample_task_id(self.np_random)
-        self._begin(self.task_from_id(task_id))
+        self._begin(self._draw_task() if task_id is None else self.task_from_id(task_id))
         return self._observation(), {"task_id": self.task.task_id, "turn": 0, "status": None}
+
+    def content_key(self, task: Task) -> str:
+        """The problem's text for the held-out partition: the prompt without
+        :attr:`instruction_texts`, whitespace normalised."""
+        text = task.prompt
+        for sentence in self.instruction_texts:
+            text = text.replace(sentence, " ")
+        return " ".join(text.split())
+
+    def _draw_task(self) -> Task:
+        """The next task from ``np_random``: the first drawn on this env's side of the content
+        partition (any task without a split). A pure function of the generator's state."""
+        for _ in range(MAX_SPLIT_DRAWS):
+            task = self.task_from_id(self.sample_task_id(self.np_random))
+            side = self.task_split
+            if side is None or content_split(self.content_key(task), self.eval_fraction) == side:
+                return task
+        raise RuntimeError(
+            f"no {self.task_split!r} task in {MAX_SPLIT_DRAWS} draws: the task space is too small for "
+            f"eval_fraction={self.eval_fraction}; give it more tasks or another eval_fraction"
+        )
 
     def _begin(self, task: Task) -> None:
         self._task = task

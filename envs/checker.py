@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-from .base import TextEnv
+from .base import SPLITS, TextEnv, content_split
 
 __all__ = ["LLMEnvCheckError", "check_llm_env", "episode_hash"]
 
@@ -108,6 +108,7 @@ def check_llm_env(
     seeds: int = 4,
     cross_process_seeds: int = 16,
     vector_envs: int = 3,
+    split_seeds: int = 64,
     verbose: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
@@ -220,11 +221,32 @@ def check_llm_env(
         env.close()
         return {"seeds": seeds}
 
+    def held_out() -> dict[str, Any]:
+        """``task_split="train"`` and ``"eval"`` envs never draw the same problem, and each draws
+        only its own side of the content partition."""
+        seen: dict[str, set[str]] = {}
+        for side in SPLITS:
+            env = gym.make(env_id, **{**kwargs, "task_split": side}).unwrapped
+            keys = set()
+            for seed in range(split_seeds):
+                env.reset(seed=seed)
+                key = env.content_key(env.task)
+                if content_split(key, env.eval_fraction) != side:
+                    raise _fail(env_id, "held out by content", f"task_split={side!r} drew a task of the other side (seed {seed})")  # fmt: skip
+                keys.add(key)
+            env.close()
+            seen[side] = keys
+        shared = seen["train"] & seen["eval"]
+        if shared:
+            raise _fail(env_id, "held out by content", f"{len(shared)} problems drawn by both splits, e.g. {next(iter(shared))[:80]!r}")  # fmt: skip
+        return {"seeds": split_seeds, "train_tasks": len(seen["train"]), "eval_tasks": len(seen["eval"])}  # fmt: skip
+
     timed("gymnasium_check_env", gymnasium_api)
     timed("cross_process_determinism", cross_process)
     timed("fork_and_state_equivalence", fork_equivalence)
     timed("make_vec_identical_starts", vector_starts)
     timed("gold_answers_correct", gold_answers)
+    timed("held_out_by_content", held_out)
     return report
 
 

@@ -27,6 +27,7 @@ class MathEnv(TextEnv):
     """Base of the single-answer math environments."""
 
     system_prompt = "You are a careful mathematician. Reason step by step. " + ANSWER_INSTRUCTION
+    instruction_texts = (ANSWER_INSTRUCTION,)
 
     def __init__(self, *, config: dict[str, Any], max_attempts: int = 1, **common: Any) -> None:
         common.pop("max_turns", None)  # attempts are the turn budget of a math env

@@ -22,7 +22,10 @@ def test_check_llm_env_passes(env_id):
         "fork_and_state_equivalence",
         "make_vec_identical_starts",
         "gold_answers_correct",
+        "held_out_by_content",
     }
+    held_out = report["checks"]["held_out_by_content"]
+    assert held_out["train_tasks"] > 0 and held_out["eval_tasks"] > 0
     assert report["checks"]["fork_and_state_equivalence"]["branch_points"] >= 4
 
 
