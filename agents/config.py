@@ -23,7 +23,7 @@ __all__ = ["ConfigError", "TrainConfig", "load_plugins", "option_problems"]
 
 
 # set as config keys of their own, never through loss_kwargs
-_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_new_tokens"})
+_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_episode_tokens"})
 
 
 class ConfigError(ValueError):

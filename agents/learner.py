@@ -24,6 +24,7 @@ import torch
 
 from .batch import MicroBatch, TokenBatch
 from .config import TrainConfig
+from .dapo import mask_truncated
 from .diagnostics import sequence_losses
 from .distributed import ranks
 from .logprobs import token_logprobs, token_logprobs_and_entropy
@@ -35,8 +36,8 @@ from .prefix_sharing import (
     shared_prefix_logprobs,
     supports_prefix_sharing,
 )
-from .sampling import mask_truncated
 from .schedules import lr_factor_at
+from .seeds import shuffle_key
 from .sharding import idle_pass, is_sharded, load_optimizer_state, most_passes, optimizer_state
 
 __all__ = ["Learner", "Update"]
@@ -62,14 +63,16 @@ class Update:
 class Learner:
     """Owns the training model's optimizer, loss and (with a KL term) the reference model."""
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, *, max_new_tokens: int) -> None:
-        """``max_new_tokens``: the episode's generation budget (all turns), Dr. GRPO's constant."""
+    def __init__(
+        self, model: torch.nn.Module, config: TrainConfig, *, max_episode_tokens: int
+    ) -> None:
+        """``max_episode_tokens``: the episode's generation budget (all turns), Dr. GRPO's constant."""
         self.model = model
         self.config = config
         self.loss_fn: PolicyLoss = get_loss(
             config.loss,
             reduction=config.reduction,
-            max_new_tokens=max_new_tokens,
+            max_episode_tokens=max_episode_tokens,
             kl_coef=0.0 if config.kl_in_reward else config.kl_coef,
             kl_estimator=config.kl_estimator,
             **config.loss_kwargs,
@@ -196,7 +199,7 @@ class Learner:
             micro_batch_size=config.micro_batch_size,
             device=config.device,
             reduction=self.reduction,
-            max_new_tokens=self.loss_fn.max_new_tokens,
+            max_episode_tokens=self.loss_fn.max_episode_tokens,
         )
         for epoch, micros, norm in steps:
             idle = self._idle_passes(len(micros))
@@ -235,7 +238,7 @@ class Learner:
         """The first pass keeps the rows' order unless it is split; later passes shuffle."""
         if epoch == 0 and self.config.minibatches == 1:
             return None
-        return (self.config.seed, "shuffle", step, epoch)
+        return shuffle_key(self.config.seed, "shuffle", step, epoch)
 
     # -- checkpoints ----------------------------------------------------------------------------
 

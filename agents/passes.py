@@ -34,7 +34,7 @@ def optimizer_steps(
     micro_batch_size: int,
     device: str | torch.device,
     reduction: str,
-    max_new_tokens: int | None = None,
+    max_episode_tokens: int | None = None,
 ) -> Iterator[tuple[int, list[MicroBatch], Normaliser]]:
     """``(epoch, micro-batches, normaliser)`` for each optimizer step of ``epochs`` passes.
 
@@ -45,7 +45,7 @@ def optimizer_steps(
         for rows in tokens.minibatches(minibatches, shuffle_key(epoch)):
             micros = tokens.micro_batches(rows, advantages, size=micro_batch_size, device=device)
             norm = build_normaliser(
-                reduction, [mb.action_mask for mb in micros], max_new_tokens=max_new_tokens
+                reduction, [mb.action_mask for mb in micros], max_episode_tokens=max_episode_tokens
             )
             if norm.tokens:
                 yield epoch, micros, norm

@@ -53,6 +53,7 @@ from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .prefix_sharing import cache_argument, plan_prefixes, scatter_to_rows, suffix_outputs
 from .schedules import lr_factor_at
+from .seeds import shuffle_key
 
 __all__ = ["PPO", "PPOOptions", "SharedValueHead", "ValueModel"]
 
@@ -309,7 +310,7 @@ class PPO:
             None,
             epochs=self.value_epochs,
             minibatches=self.options.value_minibatches or config.minibatches,
-            shuffle_key=lambda epoch: (config.seed, "critic-shuffle", step, epoch),
+            shuffle_key=lambda epoch: shuffle_key(config.seed, "critic-shuffle", step, epoch),
             micro_batch_size=config.micro_batch_size,
             device=config.device,
             reduction="token_mean",

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .batch import RolloutBatch
-from .sampling import GenerationLedger
+from .ledger import GenerationLedger
 
 __all__ = ["Prefetcher"]
 

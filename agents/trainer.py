@@ -50,12 +50,12 @@ from .engine_pool import EnginePool
 from .episode_log import EpisodeLog, episode_records
 from .evaluate import evaluate
 from .learner import Learner, Update
+from .ledger import GenerationLedger
 from .models import load_policy_model
 from .policy import Policy
 from .prefetch import Prefetcher
 from .rollout import Rollouts
 from .runlog import RunLog
-from .sampling import GenerationLedger
 from .shaping import RewardShaping
 from .sharding import full_state_dict, load_full_state_dict, shard_model
 
@@ -160,9 +160,9 @@ class Trainer:
             world=self.world,
         )
         budget = config.max_new_tokens * self.rollouts.max_turns
-        self.learner = Learner(self.model, config, max_new_tokens=budget)
+        self.learner = Learner(self.model, config, max_episode_tokens=budget)
         reference = self.learner.reference_logprobs if self.learner.reference is not None else None  # fmt: skip
-        self.shaping = RewardShaping(config, reference, budget=budget)
+        self.shaping = RewardShaping(config, reference, max_episode_tokens=budget)
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
         # a backend generating with its own copy of the weights drifts from the trainer's numerics
         shared = getattr(self.policy, "model", None) is self.model

@@ -31,7 +31,7 @@ import torch
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
 from forkgym.agents.trainer import Trainer
-from forkgym.bench import TimedVerifier
+from forkgym.recipes import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 
