@@ -257,12 +257,15 @@ class Estimator:
 
     * ``needs_group``: it compares the rollouts of one task, so K >= 2 (refused otherwise);
     * ``needs_greedy``: it needs one greedy branch per task, passed as ``greedy`` and
-      ``greedy_valid`` (the trainer collects those branches only for such estimators).
+      ``greedy_valid`` (the trainer collects those branches only for such estimators);
+    * ``batch_wide``: its baseline spans the whole batch (or several steps), so under data
+      parallelism each rank would compute it over its own share (refused there).
     """
 
     name = "base"
     needs_group: ClassVar[bool] = False
     needs_greedy: ClassVar[bool] = False
+    batch_wide: ClassVar[bool] = False
 
     def __call__(
         self,
@@ -327,6 +330,8 @@ class ReinforceMean(Estimator):
     as a default. A batch whose valid rewards are all equal gets exact zeros.
     """
 
+    batch_wide = True
+
     def compute(self, g):
         mean, count = _batch_mean(g)
         adv = torch.where(_batch_constant(g), 0.0, g.r - mean)
@@ -346,6 +351,8 @@ class ReinforceEMA(Estimator):
     ``b <- decay * b + (1 - decay) * m``. Batches with no valid reward leave the state alone.
     Checkpoint with ``state_dict()`` / ``load_state_dict()``.
     """
+
+    batch_wide = True
 
     def __init__(self, decay: float = 0.9, init: float = 0.0) -> None:
         if not 0.0 <= decay < 1.0:
@@ -468,6 +475,8 @@ class GRPOBatchStd(_StdScaled):
     are no longer reweighted by their own dispersion. All-equal and under-filled groups get
     exact zeros; if the batch std is ``<= eps`` every advantage is 0 (``batch_std_below_eps``).
     """
+
+    batch_wide = True
 
     def compute(self, g):
         mean, count = _batch_mean(g)

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from .algorithms import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages
 from .batch import MicroBatch, RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import (
@@ -204,6 +204,7 @@ class PPO:
 
     needs_greedy = False
     token_advantages = True  # the loss must take [N, T] advantages
+    owns_model = True  # the value model (a copy of the trunk, or a head on it)
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, **options: Any) -> None:
         self.options = PPOOptions(**options)

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .held_out import regime_held_out
 from .presets import Preset, Regime
-from .runner import regime_held_out
 
 __all__ = ["run_trl"]
 
