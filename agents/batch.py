@@ -2,7 +2,8 @@
 
 :class:`RolloutBatch` is what rollouts produce: the step's groups as ``[P, K]`` grids
 (reward, validity, correctness, status, generated length, truncation) plus the greedy
-branch's ``[P]`` columns when one was run, the per-group timings and what generation cost.
+branch's ``[P]`` columns when one was run, the per-group timings, the weight version each
+group was generated with and what generation cost.
 Estimators, dynamic sampling, the generation ledger and the diagnostics read these tensors;
 nothing downstream walks the episodes again.
 
@@ -63,6 +64,7 @@ class RolloutBatch:
     span_s: torch.Tensor  # [P] float64, first branch done -> last branch done
     barrier_idle_s: torch.Tensor  # [P] float64, summed idle time of the group's branches
     greedy_diverged: torch.Tensor  # [P] int64: 1 diverged, 0 not, -1 not applicable
+    weight_version: torch.Tensor  # [P] int64, the oldest weights any branch was generated with
     greedy_rewards: torch.Tensor | None = None  # [P] float64, NaN where invalid
     greedy_valid: torch.Tensor | None = None  # [P] bool
     greedy_correct: torch.Tensor | None = None  # [P] bool
@@ -94,6 +96,7 @@ class RolloutBatch:
                 "greedy_lengths": grid([ep.generated_tokens for ep in branches], torch.int64, (p,)),
             }
         diverged = [-1 if g.greedy_diverged is None else int(g.greedy_diverged) for g in groups]
+        oldest = [min(ep.weight_version for ep in g.branches) for g in groups]
         rewards, valid = rewards_from_outcomes([[_outcome(ep) for ep in sampled]])
         return cls(
             groups=groups,
@@ -107,6 +110,7 @@ class RolloutBatch:
             span_s=grid([g.span_s for g in groups], torch.float64, (p,)),
             barrier_idle_s=grid([g.barrier_idle_s for g in groups], torch.float64, (p,)),
             greedy_diverged=grid(diverged, torch.int64, (p,)),
+            weight_version=grid(oldest, torch.int64, (p,)),
             cost=cost or RolloutCost(),
             **greedy,
         )
@@ -291,6 +295,13 @@ class TokenBatch:
         for mb in self.micro_batches(range(len(self)), None, size=size, device=device):
             out[mb.rows, : mb.input_ids.size(1)] = fn(mb).float().cpu()
         return out
+
+    def to_grid(self, rows: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """``rows [N]`` back in the step's ``[P, K]`` grid (of ``rows``' dtype), 0 where no row
+        is (invalid responses)."""
+        out = torch.zeros(math.prod(shape), dtype=rows.dtype)
+        out[self.index] = rows
+        return out.reshape(tuple(shape))
 
     def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
         return replace(self, action_mask=action_mask)

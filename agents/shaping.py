@@ -91,9 +91,7 @@ class RewardShaping:
                 coef=config.kl_coef,
                 kind=config.kl_estimator,
             )
-            pen = torch.zeros(rewards.numel(), dtype=torch.float64)
-            pen[tokens.index] = per_row.to(torch.float64)
-            pen = pen.reshape(rewards.shape)
+            pen = tokens.to_grid(per_row.to(torch.float64), rewards.shape)
             rewards = rewards - pen
             metrics["shaping/kl_penalty_mean"] = _mean(pen, valid)
         return replace(batch, rewards=rewards, greedy_rewards=greedy), metrics
