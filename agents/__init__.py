@@ -14,7 +14,8 @@ if __name__ != "forkgym.agents":  # imported as a top-level `agents` from a sour
 # against the registries)
 from .algorithms import ALGORITHMS
 from .backends import BACKENDS
-from .estimators import ESTIMATORS, get_estimator, rewards_from_outcomes, valid_from_statuses
+from .batch import rewards_from_outcomes, valid_from_statuses
+from .estimators import ESTIMATORS, get_estimator
 from .losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
 from .reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
 from .schedules import LR_SCHEDULES

@@ -4,8 +4,10 @@
 (reward, validity, correctness, status, generated length, truncation) plus the greedy
 branch's ``[P]`` columns when one was run, the per-group timings, the weight version each
 group was generated with and what generation cost.
-Estimators, dynamic sampling, the generation ledger and the diagnostics read these tensors;
-nothing downstream walks the episodes again.
+The outcomes become the reward and validity grids here (:func:`rewards_from_outcomes`:
+infrastructure failures carry NaN and are invalid). Estimators, dynamic sampling, the
+generation ledger and the diagnostics read these tensors; nothing downstream walks the
+episodes again.
 
 :class:`TokenBatch` is the loss's input: the valid sampled episodes (infrastructure failures
 never reach the loss), padded once, in the row-major order of the grid. Mini-batches and
@@ -25,14 +27,48 @@ import torch
 from forkgym.verifiers import Outcome, Status
 
 from .episode import Episode, Group
-from .estimators import rewards_from_outcomes
 from .padding import pad_sequences, padding_mask
 from .seeds import keyed_generator
 
-__all__ = ["STATUSES", "MicroBatch", "RolloutBatch", "RolloutCost", "TokenBatch"]
+__all__ = [
+    "STATUSES",
+    "MicroBatch",
+    "RolloutBatch",
+    "RolloutCost",
+    "TokenBatch",
+    "rewards_from_outcomes",
+    "valid_from_statuses",
+]
 
 STATUSES: tuple[Status, ...] = tuple(Status)  # RolloutBatch.status holds indices into this
 _CODE = {status: i for i, status in enumerate(STATUSES)}
+
+
+def valid_from_statuses(statuses: Sequence[Sequence[Status | str]]) -> torch.Tensor:
+    """``[P, K]`` bool mask: False exactly where the status is infrastructure (timeout/error)."""
+    rows = [[not Status(s).is_infrastructure for s in row] for row in statuses]
+    _check_rectangular(rows)
+    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), -1)
+
+
+def rewards_from_outcomes(
+    outcomes: Sequence[Sequence[Outcome]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards float64 [P, K], valid bool [P, K])`` from a grid of outcomes.
+
+    Infrastructure outcomes carry no reward: their entry is NaN (never 0) and ``valid`` is
+    False there, so a forgotten mask fails loudly instead of entering a baseline as a 0.
+    """
+    rows = [[math.nan if o.reward is None else o.reward for o in row] for row in outcomes]
+    _check_rectangular(rows)
+    rewards = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), -1)
+    valid = valid_from_statuses([[o.status for o in row] for row in outcomes])
+    return rewards, valid
+
+
+def _check_rectangular(rows: Sequence[Sequence[Any]]) -> None:
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError("expected a rectangular [prompt, rollout] grid")
 
 
 @dataclass

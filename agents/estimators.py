@@ -36,14 +36,13 @@ under-filled, invalid responses...) so nothing is dropped silently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from forkgym.registry import Registry
-from forkgym.verifiers import Outcome, Status
 
 __all__ = [
     "ESTIMATORS",
@@ -51,8 +50,6 @@ __all__ = [
     "GroupRewards",
     "get_estimator",
     "register_estimator",
-    "rewards_from_outcomes",
-    "valid_from_statuses",
 ]
 
 Stats = dict[str, float]
@@ -68,37 +65,6 @@ def register_estimator(name: str) -> Callable[[type], type]:
 def get_estimator(name: str, **config: Any) -> Estimator:
     """Build the estimator registered as ``name`` with its keyword configuration."""
     return ESTIMATORS.build(name, **config)
-
-
-# --------------------------------------------------------------------------------------------
-# Building `valid` (and rewards) from verifier outcomes
-
-
-def valid_from_statuses(statuses: Sequence[Sequence[Status | str]]) -> torch.Tensor:
-    """``[P, K]`` bool mask: False exactly where the status is infrastructure (timeout/error)."""
-    rows = [[not Status(s).is_infrastructure for s in row] for row in statuses]
-    _check_rectangular(rows)
-    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), -1)
-
-
-def rewards_from_outcomes(
-    outcomes: Sequence[Sequence[Outcome]],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rewards float64 [P, K], valid bool [P, K])`` from a grid of outcomes.
-
-    Infrastructure outcomes carry no reward: their entry is NaN (never 0) and ``valid`` is
-    False there, so a forgotten mask fails loudly instead of entering a baseline as a 0.
-    """
-    rows = [[math.nan if o.reward is None else o.reward for o in row] for row in outcomes]
-    _check_rectangular(rows)
-    rewards = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), -1)
-    valid = valid_from_statuses([[o.status for o in row] for row in outcomes])
-    return rewards, valid
-
-
-def _check_rectangular(rows: Sequence[Sequence[Any]]) -> None:
-    if len({len(r) for r in rows}) > 1:
-        raise ValueError("expected a rectangular [prompt, rollout] grid")
 
 
 # --------------------------------------------------------------------------------------------
