@@ -38,15 +38,12 @@ from . import distributed
 from .algorithms import build_algorithm
 from .batch import TokenBatch
 from .checkpoint import Checkpoints
-from .collect import Collector, rollout_metrics
+from .collect import rollout_metrics
 from .config import TrainConfig
 from .diagnostics import batch_diagnostics
 from .generation import build_engines, build_generation
 from .learner import Learner
 from .models import load_policy_model
-from .policy import Policy
-from .prefetch import Prefetcher
-from .rollout import Rollouts
 from .runlog import open_run_log
 from .shaping import RewardShaping
 from .stages import Stages
@@ -297,25 +294,11 @@ class Trainer:
 
     # -- the generating side's parts, as scripts and tests reach for them -----------------------
 
-    @property
-    def policy(self) -> Policy:
-        return self.generation.policy
-
-    @property
-    def collector(self) -> Collector:
-        return self.generation.collector
-
-    @property
-    def rollouts(self) -> Rollouts:
-        return self.generation.rollouts
-
-    @property
-    def verifier(self) -> Any:
-        return self.generation.verifier
-
-    @property
-    def prefetch(self) -> Prefetcher | None:
-        return self.generation.prefetch
+    policy = property(lambda self: self.generation.policy, doc="The engines, seen as one policy.")
+    collector = property(lambda self: self.generation.collector, doc="A step's groups.")
+    rollouts = property(lambda self: self.generation.rollouts, doc="Group rollouts.")
+    verifier = property(lambda self: self.generation.verifier, doc="The envs' grader, if given.")
+    prefetch = property(lambda self: self.generation.prefetch, doc="Generation ahead, if running.")
 
     @property
     def _ahead(self) -> dict[int, Any]:
