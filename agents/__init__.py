@@ -10,13 +10,22 @@ if __name__ != "forkgym.agents":  # imported as a top-level `agents` from a sour
         "(`pip install -e .`) and import forkgym.agents instead of `agents`"
     )
 
-from .estimators import ESTIMATORS, get_estimator, rewards_from_outcomes, valid_from_statuses
+# importing the package registers every built-in part (the configuration checks names
+# against the registries)
+from .algorithms import ALGORITHMS
+from .backends import BACKENDS
+from .batch import rewards_from_outcomes, valid_from_statuses
+from .estimators import ESTIMATORS, get_estimator
 from .losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
 from .reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
+from .schedules import LR_SCHEDULES
 
 __all__ = [
+    "ALGORITHMS",
+    "BACKENDS",
     "ESTIMATORS",
     "LOSSES",
+    "LR_SCHEDULES",
     "REDUCTIONS",
     "Normaliser",
     "build_normaliser",

@@ -1,14 +1,7 @@
-"""The algorithm seam: how a step's rewards become the advantages the loss multiplies.
+"""The built-in algorithms, and building the configured one.
 
-An :class:`Algorithm` sees the step's :class:`~forkgym.agents.batch.RolloutBatch` (rewards
-and statuses as ``[P, K]`` grids) and :class:`~forkgym.agents.batch.TokenBatch` (the padded
-rows the loss trains on), and returns :class:`Advantages`: per row (response-level, ``[N]``)
-or per token (``[N, T]``, what a learned critic's GAE gives). It may own models of its own (a
-value model) and train them in :meth:`Algorithm.update`, after the policy's update; what it
-returns from ``update`` is logged, and its ``state_dict`` is checkpointed. It declares what
-it needs from the rollouts (``needs_greedy``), and the trainer collects exactly that.
-
-Algorithms are registered in :data:`ALGORITHMS` and chosen by ``TrainConfig.algorithm``:
+Algorithms implement :class:`~forkgym.agents.advantages.Algorithm`, are registered in
+:data:`ALGORITHMS` and are chosen by ``TrainConfig.algorithm``:
 
 * ``critic_free`` (the default): a registered estimator (``TrainConfig.estimator``) maps
   response rewards to response advantages; nothing is learned besides the policy.
@@ -19,57 +12,17 @@ Algorithms are registered in :data:`ALGORITHMS` and chosen by ``TrainConfig.algo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
-from forkgym.registry import Registry
-
+from . import ppo, raft  # noqa: F401 - register "ppo" and "raft"
+from .advantages import ALGORITHMS, Advantages, Algorithm
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig, option_problems
 from .estimators import ESTIMATORS, get_estimator
 
 __all__ = ["ALGORITHMS", "Advantages", "Algorithm", "CriticFree", "build_algorithm"]
-
-
-@dataclass
-class Advantages:
-    """What an algorithm hands the loss, and what the diagnostics stratify."""
-
-    rows: torch.Tensor  # [N] or [N, T], detached, aligned with the TokenBatch's rows
-    grid: torch.Tensor  # [P, K] one number per response (0 where invalid), for diagnostics
-    metrics: dict[str, float] = field(default_factory=dict)  # logged as they are named
-    # [N] bool: the rows the loss trains on (None: every row). Rows left out keep their
-    # place in the batch (diagnostics, the critic) but contribute no token to the loss.
-    train_rows: torch.Tensor | None = None
-
-
-@runtime_checkable
-class Algorithm(Protocol):
-    """What the trainer needs from an algorithm (see the module docstring)."""
-
-    needs_greedy: bool  # collect one greedy branch per task
-    token_advantages: bool  # `advantages` gives [N, T] rows: the loss must take them
-
-    # Optional: ``check(config, **options) -> list[str]``, a classmethod the config calls to
-    # report bad options before any model is loaded; ``trains_policy(step) -> bool``, False on
-    # steps that train only what the algorithm owns (a critic's warm-up).
-
-    def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
-        """Advantages for the rows of ``tokens`` from the (shaped) rewards of ``batch``."""
-        ...
-
-    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
-        """Train what the algorithm owns (a value model) on this step's rows; its metrics."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", name_attribute="name")
 
 
 def build_algorithm(config: TrainConfig, model: torch.nn.Module) -> Algorithm:
@@ -121,6 +74,3 @@ class CriticFree:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("estimator") is not None and hasattr(self.estimator, "load_state_dict"):
             self.estimator.load_state_dict(state["estimator"])
-
-
-from . import ppo, raft  # noqa: E402, F401 - register "ppo" and "raft" (they build on this module)

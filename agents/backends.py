@@ -19,6 +19,12 @@ policy's (``bucket_mb``, ``dtype``, ``sleep_level``, ``engine_kwargs``, ...).
 ``openai`` (:class:`~forkgym.agents.openai_policy.OpenAIPolicy`): a running completions server
 (``base_url``); a frozen policy, for evaluation and rollouts, never for training
 (``trainable = False``).
+
+A factory declares what the configuration and the generation side need to know as attributes,
+never by its name: ``trainable`` (False: refused for training), ``requires`` (the module it
+needs installed and how to install it), ``shares_model(options) -> bool`` (it generates with
+the trainer's own module; absent: engines with weights of their own) and ``config_options``
+(``TrainConfig`` keys it takes as options).
 """
 
 from __future__ import annotations
@@ -86,6 +92,13 @@ def _transformers(
     )  # fmt: skip
 
 
+def _shares_model(options: dict[str, Any]) -> bool:
+    """The transformers backend generates with the trainer's own module unless told otherwise
+    (several engines, asynchronous generation and sharded training need weights of their own)."""
+    return bool(options.get("share_model", True))
+
+
+_transformers.shares_model = _shares_model  # type: ignore[attr-defined]
 BACKENDS["hf"] = BACKENDS["transformers"]
 
 
@@ -153,6 +166,9 @@ def _openai(
 
 
 _openai.trainable = False  # type: ignore[attr-defined]
+# TrainConfig keys the factory takes as options of the same name (one opt-in covers the
+# config's check and the engine's own)
+_vllm.config_options = ("allow_truncated_sampling",)  # type: ignore[attr-defined]
 # what a backend needs installed, checked with the config (a clear message, not a traceback)
 _vllm.requires = (  # type: ignore[attr-defined]
     "vllm",

@@ -2,9 +2,12 @@
 
 :class:`RolloutBatch` is what rollouts produce: the step's groups as ``[P, K]`` grids
 (reward, validity, correctness, status, generated length, truncation) plus the greedy
-branch's ``[P]`` columns when one was run, the per-group timings and what generation cost.
-Estimators, dynamic sampling, the generation ledger and the diagnostics read these tensors;
-nothing downstream walks the episodes again.
+branch's ``[P]`` columns when one was run, the per-group timings, the weight version each
+group was generated with and what generation cost.
+The outcomes become the reward and validity grids here (:func:`rewards_from_outcomes`:
+infrastructure failures carry NaN and are invalid). Estimators, dynamic sampling, the
+generation ledger and the diagnostics read these tensors; nothing downstream walks the
+episodes again.
 
 :class:`TokenBatch` is the loss's input: the valid sampled episodes (infrastructure failures
 never reach the loss), padded once, in the row-major order of the grid. Mini-batches and
@@ -24,14 +27,48 @@ import torch
 from forkgym.verifiers import Outcome, Status
 
 from .episode import Episode, Group
-from .estimators import rewards_from_outcomes
 from .padding import pad_sequences, padding_mask
 from .seeds import keyed_generator
 
-__all__ = ["STATUSES", "MicroBatch", "RolloutBatch", "RolloutCost", "TokenBatch"]
+__all__ = [
+    "STATUSES",
+    "MicroBatch",
+    "RolloutBatch",
+    "RolloutCost",
+    "TokenBatch",
+    "rewards_from_outcomes",
+    "valid_from_statuses",
+]
 
 STATUSES: tuple[Status, ...] = tuple(Status)  # RolloutBatch.status holds indices into this
 _CODE = {status: i for i, status in enumerate(STATUSES)}
+
+
+def valid_from_statuses(statuses: Sequence[Sequence[Status | str]]) -> torch.Tensor:
+    """``[P, K]`` bool mask: False exactly where the status is infrastructure (timeout/error)."""
+    rows = [[not Status(s).is_infrastructure for s in row] for row in statuses]
+    _check_rectangular(rows)
+    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), -1)
+
+
+def rewards_from_outcomes(
+    outcomes: Sequence[Sequence[Outcome]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards float64 [P, K], valid bool [P, K])`` from a grid of outcomes.
+
+    Infrastructure outcomes carry no reward: their entry is NaN (never 0) and ``valid`` is
+    False there, so a forgotten mask fails loudly instead of entering a baseline as a 0.
+    """
+    rows = [[math.nan if o.reward is None else o.reward for o in row] for row in outcomes]
+    _check_rectangular(rows)
+    rewards = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), -1)
+    valid = valid_from_statuses([[o.status for o in row] for row in outcomes])
+    return rewards, valid
+
+
+def _check_rectangular(rows: Sequence[Sequence[Any]]) -> None:
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError("expected a rectangular [prompt, rollout] grid")
 
 
 @dataclass
@@ -63,6 +100,7 @@ class RolloutBatch:
     span_s: torch.Tensor  # [P] float64, first branch done -> last branch done
     barrier_idle_s: torch.Tensor  # [P] float64, summed idle time of the group's branches
     greedy_diverged: torch.Tensor  # [P] int64: 1 diverged, 0 not, -1 not applicable
+    weight_version: torch.Tensor  # [P] int64, the oldest weights any branch was generated with
     greedy_rewards: torch.Tensor | None = None  # [P] float64, NaN where invalid
     greedy_valid: torch.Tensor | None = None  # [P] bool
     greedy_correct: torch.Tensor | None = None  # [P] bool
@@ -94,6 +132,7 @@ class RolloutBatch:
                 "greedy_lengths": grid([ep.generated_tokens for ep in branches], torch.int64, (p,)),
             }
         diverged = [-1 if g.greedy_diverged is None else int(g.greedy_diverged) for g in groups]
+        oldest = [min(ep.weight_version for ep in g.branches) for g in groups]
         rewards, valid = rewards_from_outcomes([[_outcome(ep) for ep in sampled]])
         return cls(
             groups=groups,
@@ -107,6 +146,7 @@ class RolloutBatch:
             span_s=grid([g.span_s for g in groups], torch.float64, (p,)),
             barrier_idle_s=grid([g.barrier_idle_s for g in groups], torch.float64, (p,)),
             greedy_diverged=grid(diverged, torch.int64, (p,)),
+            weight_version=grid(oldest, torch.int64, (p,)),
             cost=cost or RolloutCost(),
             **greedy,
         )
@@ -291,6 +331,13 @@ class TokenBatch:
         for mb in self.micro_batches(range(len(self)), None, size=size, device=device):
             out[mb.rows, : mb.input_ids.size(1)] = fn(mb).float().cpu()
         return out
+
+    def to_grid(self, rows: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """``rows [N]`` back in the step's ``[P, K]`` grid (of ``rows``' dtype), 0 where no row
+        is (invalid responses)."""
+        out = torch.zeros(math.prod(shape), dtype=rows.dtype)
+        out[self.index] = rows
+        return out.reshape(tuple(shape))
 
     def with_action_mask(self, action_mask: torch.Tensor) -> TokenBatch:
         return replace(self, action_mask=action_mask)

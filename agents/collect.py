@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from .batch import RolloutBatch
+from .dapo import filter_groups
 from .distributed import World
+from .ledger import GenerationLedger
 from .rollout import Rollouts
-from .sampling import GenerationLedger, filter_groups
 from .seeds import task_seeds
 
 __all__ = ["Collector", "rollout_metrics"]

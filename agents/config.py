@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,113 +20,337 @@ import yaml
 
 from .drift import CORRECTIONS, is_band
 
-__all__ = ["ConfigError", "TrainConfig", "load_plugins", "option_problems"]
+__all__ = ["SECTIONS", "ConfigError", "TrainConfig", "load_plugins", "option_problems"]
 
 
 # set as config keys of their own, never through loss_kwargs
-_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_new_tokens"})
+_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_episode_tokens"})
 
 
 class ConfigError(ValueError):
     """A configuration file or override is wrong; the message says which key and why."""
 
 
+# the parts of a run the fields configure, in the order the docs list them
+SECTIONS: dict[str, str] = {
+    "run": "The run",
+    "generation": "Generation",
+    "algorithm": "The algorithm",
+    "learner": "The learner",
+    "distribution": "Distribution",
+    "evaluation": "Evaluation and checkpoints",
+    "logging": "Logging",
+}
+
+
+def _section(section: str) -> Callable[..., dict[str, Any]]:
+    """The field metadata of one section: ``help`` (what the field does, written once) and
+    ``shown``, how the docs state a default that its value alone does not say (``None``
+    meaning "the loss's own")."""
+
+    def metadata(help: str, *, shown: str | None = None) -> dict[str, Any]:
+        return {"help": help, "section": section, "shown": shown}
+
+    return metadata
+
+
+_run, _gen, _alg, _learn, _dist, _eval, _log = (_section(s) for s in SECTIONS)
+
+
 @dataclass
 class TrainConfig:
-    """Everything a training run depends on (the seed included)."""
+    """Everything a training run depends on (the seed included).
 
-    plugins: list[str] = field(default_factory=list)  # modules or .py files that register parts
-    model: str = "runs/tiny-model"  # a directory from `forkgym model init`/`sft`, or a hub name
-    env: str = "forkgym/Arithmetic-v0"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    algorithm: str = "critic_free"  # critic_free (an estimator) | ppo (a learned critic)
-    algorithm_kwargs: dict[str, Any] = field(default_factory=dict)  # ppo: gamma, lam, ...
-    estimator: str = "rloo"  # critic_free's estimator (agents/estimators.py); ppo has none
-    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
-    backend: str = "transformers"  # what generates (agents/backends.py)
-    backend_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. share_model: false
-    loss: str = "ppo_clip"
-    loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    reduction: str | None = None  # None: the loss's own default (named in the metrics)
-    steps: int = 100
-    time_budget_s: float | None = None  # stop (evaluated and checkpointed) after this long
-    # a budget of generated tokens (every token generated: greedy branches, discarded groups,
-    # a critic's warm-up): the run stops after the step that reaches it
-    max_tokens_generated: int | None = None
-    seed: int = 0
-    prompts_per_step: int = 8
-    k: int = 8  # sampled branches per task
-    temperature: float = 1.0
-    top_p: float = 1.0
-    # top_p < 1 samples from a truncated, renormalised distribution that the loss does not
-    # model: refused unless the user accepts that bias (docs/training.md)
-    allow_truncated_sampling: bool = False
-    max_new_tokens: int = 32  # per assistant turn
-    lr: float = 1e-4  # the peak rate; the tiny default model; hub models want ~1e-6
-    lr_schedule: str = "constant"  # constant | linear | cosine (agents/schedules.py)
-    warmup_steps: int = 0  # linear ramp up to lr over the first steps
-    lr_decay_steps: int | None = None  # the decay ends here (None: at `steps`)
-    lr_final_ratio: float = 0.0  # the decay ends at lr * this
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.99)
-    grad_clip: float = 1.0
-    ppo_epochs: int = 1
-    minibatches: int = 1
-    micro_batch_size: int = 64
-    # score each distinct prompt once per micro-batch and share its KV cache with the rows
-    # (agents/prefix_sharing.py); equal to the full forward up to float rounding
-    prefix_sharing: bool = True
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    kl_in_reward: bool = False  # subtract the KL penalty from the reward instead of the loss
-    dynamic_sampling: bool = False  # DAPO: keep only groups with signal
-    max_resample_rounds: int = 3
-    overlong_buffer: int = 0  # DAPO's soft overlong punishment over this many tokens (0: off)
-    overlong_max_tokens: int | None = None  # ... ending at this length (None: the budget)
-    mask_truncated: bool = False  # DAPO's overlong filtering: truncated responses out of the loss
-    diagnose_losses: bool = False  # stratify per-response losses too (diag/loss/by_*)
-    length_edges: list[int] | None = (
-        None  # response-length strata of diag/*/by_length (None: 128, 256, ...)
+    Each field is documented once, in its ``help`` metadata, under the part of the run it
+    configures (``section``); the configuration table of ``docs/training.md`` is generated
+    from them (:mod:`forkgym.agents.config_docs`). Keys stay flat: ``key=value`` overrides
+    name them directly.
+    """
+
+    # -- the run ---------------------------------------------------------------------------
+    plugins: list[str] = field(
+        default_factory=list,
+        metadata=_run(
+            "modules or `.py` files imported first: what they register can be named below"
+        ),
     )
-    # train/serve drift (agents/drift.py): None measures it when the backend generates with
-    # weights of its own (not the trainer's module); corrections: tis, seq_mask, geo_mask
-    measure_drift: bool | None = None
-    rollout_correction: list[str] = field(default_factory=list)
-    tis_clamp: float = 2.0
-    seq_mask_band: tuple[float, float] = (0.5, 2.0)
-    geo_mask_band: tuple[float, float] = (0.99, 1.01)
-    # generation on several engines and asynchronously (agents/engine_pool.py, prefetch.py):
-    # N engines with weights of their own; max_staleness m >= 1 generates step t+1.. while
-    # step t trains, no sample more than m weight versions old (0: synchronous)
-    generation_engines: int = 1
-    # under torchrun: whole copies of the model on every rank, gradients all-reduced
-    # (replicate), or FSDP2 shards of it (shard; agents/sharding.py)
-    data_parallel: str = "replicate"
-    max_staleness: int = 0
-    log_episodes: bool | None = None  # RUN_DIR/episodes.jsonl (None: in asynchronous runs)
-    eval_every: int = 25
-    eval_every_tokens: int | None = None  # also evaluate at each multiple of this many tokens
-    eval_at_start: bool = True  # evaluate the starting policy (step 0) too
-    eval_episodes: int = 128
-    eval_k: int = 4  # sampled pass@k on the held-out tasks (0: greedy pass@1 only)
-    eval_seed: int = 10_000  # held-out task seeds are drawn from a separate stream
-    checkpoint_every: int = 50
-    keep_checkpoints: int = 2
-    out: str = "runs/train"
-    store_url: str | None = None  # SQLite/SQL URL for runs and metrics (None: RUN_DIR/metrics.db)
-    # grade through the HTTP service instead of in-process; several URLs: replicas, taken in
-    # turn, each failing over to the next
-    verifier_url: str | list[str] | None = None
-    device: str = "cpu"
-    threads: int | None = None  # torch intra-op threads (None: leave as is)
-    tensorboard: bool = False
-    # also log to Weights & Biases (pip install 'forkgym[wandb]'); WANDB_MODE=offline and the
-    # other WANDB_* variables apply. Project None: $WANDB_PROJECT, else "forkgym"; run name
-    # None: the run directory's name
-    wandb: bool = False
-    wandb_project: str | None = None
-    wandb_run_name: str | None = None
-    progress: bool = True
+    model: str = field(
+        default="runs/tiny-model",
+        metadata=_run("a directory from `forkgym model init` or `forkgym sft`, or a hub name"),
+    )
+    env: str = field(default="forkgym/Arithmetic-v0", metadata=_run("the environment"))
+    env_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_run("its constructor arguments (a reward map as `rewards: {invalid: -0.5}`)"),
+    )
+    seed: int = field(
+        default=0, metadata=_run("every random choice of the run is keyed by it (agents/seeds.py)")
+    )
+    steps: int = field(default=100, metadata=_run("training steps"))
+    time_budget_s: float | None = field(
+        default=None,
+        metadata=_run(
+            "stop (evaluated and checkpointed) after the step that passes this many seconds"
+        ),
+    )
+    max_tokens_generated: int | None = field(
+        default=None,
+        metadata=_run(
+            "stop after the step that reaches this many generated tokens (every token: greedy "
+            "branches, discarded groups, a critic's warm-up; checkpointed)"
+        ),
+    )
+    out: str = field(default="runs/train", metadata=_run("the run directory"))
+
+    # -- generation --------------------------------------------------------------------------
+    backend: str = field(
+        default="transformers",
+        metadata=_gen(
+            "what generates: `transformers` (alias `hf`) or `vllm` ([GPU](vllm-gpu.md), "
+            "[CPU](vllm-cpu.md))"
+        ),
+    )
+    backend_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_gen(
+            "the backend's options; transformers: `share_model: false` generates with a separate "
+            "copy, `share_prefill: false` prefills every request's prompt on its own, "
+            "`noise_device: model` draws the sampling noise on the model's device (4-6x faster "
+            "generation on a GPU with a 152k vocabulary, the device's own random stream)"
+        ),
+    )
+    prompts_per_step: int = field(default=8, metadata=_gen("tasks per step"))
+    k: int = field(default=8, metadata=_gen("sampled branches per task"))
+    temperature: float = field(default=1.0, metadata=_gen("sampling temperature"))
+    top_p: float = field(
+        default=1.0, metadata=_gen("nucleus sampling; < 1 needs `allow_truncated_sampling`")
+    )
+    allow_truncated_sampling: bool = field(
+        default=False,
+        metadata=_gen(
+            "accept `top_p` < 1, whose samples come from a renormalised nucleus the loss does not "
+            "model (every importance ratio is biased)"
+        ),
+    )
+    max_new_tokens: int = field(default=32, metadata=_gen("the token budget of one assistant turn"))
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=_gen("DAPO's dynamic sampling: keep only groups with signal (needs `k` >= 2)"),
+    )
+    max_resample_rounds: int = field(
+        default=3, metadata=_gen("dynamic sampling's extra rounds of fresh tasks")
+    )
+    generation_engines: int = field(
+        default=1,
+        metadata=_gen("generate on this many engines at once, each with weights of its own"),
+    )
+    max_staleness: int = field(
+        default=0,
+        metadata=_gen(
+            "asynchronous generation: train on samples at most this many weight versions old "
+            "(0: synchronous)"
+        ),
+    )
+    verifier_url: str | list[str] | None = field(
+        default=None,
+        metadata=_gen(
+            "grade through the [verifier service](service.md) instead of in-process; a list of "
+            "URLs: replicas, taken in turn, each failing over to the next"
+        ),
+    )
+
+    # -- the algorithm -----------------------------------------------------------------------
+    algorithm: str = field(
+        default="critic_free",
+        metadata=_alg(
+            "`critic_free` (an estimator), `ppo` (a learned critic) or `raft` (rejection sampling)"
+        ),
+    )
+    algorithm_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata=_alg("the algorithm's options (ppo: `gamma`, `lam`, ...)")
+    )
+    estimator: str = field(
+        default="rloo",
+        metadata=_alg("the critic-free estimator (agents/estimators.py); ppo has none"),
+    )
+    estimator_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata=_alg("the estimator's options (`grpo`: `eps`)")
+    )
+    overlong_buffer: int = field(
+        default=0,
+        metadata=_alg(
+            "DAPO's soft overlong punishment over this many last tokens of the budget (0: off)"
+        ),
+    )
+    overlong_max_tokens: int | None = field(
+        default=None, metadata=_alg("where that punishment ends", shown="the episode's budget")
+    )
+    kl_in_reward: bool = field(
+        default=False,
+        metadata=_alg(
+            "subtract the KL penalty from the reward (before the estimator), not the loss"
+        ),
+    )
+
+    # -- the learner -------------------------------------------------------------------------
+    loss: str = field(
+        default="ppo_clip",
+        metadata=_learn("the token loss: `vanilla_pg`, `ppo_clip`, `gspo` or `sapo`"),
+    )
+    loss_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_learn("the loss's options (`eps_low`, `eps_high`, `dual_clip`, ...)"),
+    )
+    reduction: str | None = field(
+        default=None,
+        metadata=_learn(
+            "`seq_sum`, `seq_mean_token_mean`, `token_mean` or `dr_grpo_constant` (named in the "
+            "metrics)",
+            shown="the loss's own",
+        ),
+    )
+    lr: float = field(
+        default=1e-4,
+        metadata=_learn("the peak learning rate (the tiny default model; hub models want ~1e-6)"),
+    )
+    lr_schedule: str = field(
+        default="constant", metadata=_learn("`constant`, `linear` or `cosine`")
+    )
+    warmup_steps: int = field(
+        default=0, metadata=_learn("linear ramp up to `lr` over the first steps")
+    )
+    lr_decay_steps: int | None = field(
+        default=None, metadata=_learn("where the decay ends", shown="`steps`")
+    )
+    lr_final_ratio: float = field(default=0.0, metadata=_learn("the decay ends at `lr` times this"))
+    weight_decay: float = field(default=0.0, metadata=_learn("AdamW's weight decay"))
+    betas: tuple[float, float] = field(default=(0.9, 0.99), metadata=_learn("AdamW's betas"))
+    grad_clip: float = field(default=1.0, metadata=_learn("the gradient norm is clipped to this"))
+    ppo_epochs: int = field(default=1, metadata=_learn("passes over a step's rows"))
+    minibatches: int = field(default=1, metadata=_learn("optimizer steps per pass"))
+    micro_batch_size: int = field(default=64, metadata=_learn("rows per forward"))
+    prefix_sharing: bool = field(
+        default=True,
+        metadata=_learn(
+            "run each distinct prompt once per micro-batch and share its KV cache with the rows "
+            "(off: every row's full sequence; a sharded model always does that)"
+        ),
+    )
+    kl_coef: float = field(
+        default=0.0, metadata=_learn("KL to the starting weights (0: no reference model is kept)")
+    )
+    kl_estimator: str = field(default="k3", metadata=_learn("`k1`, `k2` or `k3`"))
+    mask_truncated: bool = field(
+        default=False,
+        metadata=_learn(
+            "DAPO's overlong filtering: truncated responses out of the loss, still counted"
+        ),
+    )
+    measure_drift: bool | None = field(
+        default=None,
+        metadata=_learn(
+            "log the engine's log-probs against the trainer's (`drift/...`)",
+            shown="on for engines with weights of their own",
+        ),
+    )
+    rollout_correction: list[str] = field(
+        default_factory=list,
+        metadata=_learn(
+            "train/serve corrections: any of `tis`, `seq_mask`, `geo_mask`",
+            shown="`[tis]` when `max_staleness` > 0, else `[]`",
+        ),
+    )
+    tis_clamp: float = field(
+        default=2.0, metadata=_learn("`tis`: the importance weight's upper clamp")
+    )
+    seq_mask_band: tuple[float, float] = field(
+        default=(0.5, 2.0), metadata=_learn("`seq_mask`: the band a sequence's ratio must stay in")
+    )
+    geo_mask_band: tuple[float, float] = field(
+        default=(0.99, 1.01),
+        metadata=_learn("`geo_mask`: the band a sequence's geometric-mean ratio must stay in"),
+    )
+
+    # -- distribution ------------------------------------------------------------------------
+    data_parallel: str = field(
+        default="replicate",
+        metadata=_dist(
+            "under `torchrun`: whole copies of the model per rank (`replicate`), or FSDP2 shards "
+            "(`shard`)"
+        ),
+    )
+    device: str = field(default="cpu", metadata=_dist("the torch device"))
+    threads: int | None = field(
+        default=None, metadata=_dist("torch intra-op threads", shown="unchanged")
+    )
+
+    # -- evaluation and checkpoints ----------------------------------------------------------
+    eval_every: int = field(
+        default=25, metadata=_eval("held-out evaluation every this many steps (0: never)")
+    )
+    eval_every_tokens: int | None = field(
+        default=None,
+        metadata=_eval(
+            "also evaluate at the first step past each multiple of this many generated tokens"
+        ),
+    )
+    eval_at_start: bool = field(
+        default=True, metadata=_eval("evaluate the starting policy (step 0) too")
+    )
+    eval_episodes: int = field(default=128, metadata=_eval("held-out tasks per evaluation"))
+    eval_k: int = field(
+        default=4, metadata=_eval("sampled pass@k on the held-out tasks (0: greedy pass@1 only)")
+    )
+    eval_seed: int = field(
+        default=10_000,
+        metadata=_eval("held-out task seeds come from a stream no training step draws"),
+    )
+    checkpoint_every: int = field(
+        default=50, metadata=_eval("a checkpoint every this many steps (0: only at the end)")
+    )
+    keep_checkpoints: int = field(default=2, metadata=_eval("the newest checkpoints kept"))
+
+    # -- logging -----------------------------------------------------------------------------
+    store_url: str | None = field(
+        default=None,
+        metadata=_log(
+            "an SQLite or SQLAlchemy URL for runs and metrics", shown="`RUN_DIR/metrics.db`"
+        ),
+    )
+    tensorboard: bool = field(
+        default=False, metadata=_log("also log to TensorBoard (`RUN_DIR/tensorboard`)")
+    )
+    wandb: bool = field(
+        default=False,
+        metadata=_log(
+            "also log to Weights & Biases (`pip install 'forkgym[wandb]'`; `WANDB_MODE=offline` "
+            "and the other `WANDB_*` variables apply)"
+        ),
+    )
+    wandb_project: str | None = field(
+        default=None, metadata=_log("the W&B project", shown="`$WANDB_PROJECT` or `forkgym`")
+    )
+    wandb_run_name: str | None = field(
+        default=None, metadata=_log("the W&B run name", shown="the run folder's name")
+    )
+    log_episodes: bool | None = field(
+        default=None,
+        metadata=_log(
+            "one line per episode in `RUN_DIR/episodes.jsonl`: weight version, staleness, outcome",
+            shown="on in asynchronous runs",
+        ),
+    )
+    diagnose_losses: bool = field(
+        default=False,
+        metadata=_log("also stratify per-response losses by group size, length and reward std"),
+    )
+    length_edges: list[int] | None = field(
+        default=None,
+        metadata=_log(
+            "the response-length strata of `diag/*/by_length`", shown="128, 256, ... 4096"
+        ),
+    )
+    progress: bool = field(default=True, metadata=_log("the command line's progress bar"))
 
     def __post_init__(self) -> None:
         problems = load_plugins(self.plugins)
@@ -214,9 +439,9 @@ class TrainConfig:
             ),
             (
                 "data_parallel",
-                self.data_parallel != "shard" or (self.algorithm != "ppo" and self.kl_coef == 0),
-                "shard does not shard a second model yet: a critic (algorithm ppo) or a KL "
-                "reference (kl_coef > 0) needs data_parallel replicate",
+                self.data_parallel != "shard" or self.kl_coef == 0,
+                "shard does not shard a second model yet: a KL reference (kl_coef > 0) needs "
+                "data_parallel replicate",
             ),
             ("max_staleness", self.max_staleness >= 0, "must be >= 0 (0: synchronous)"),
             (
@@ -251,7 +476,7 @@ class TrainConfig:
 
     def _named_parts(self) -> list[str]:
         """Registered names and their keyword options, checked by building each part once."""
-        from .algorithms import ALGORITHMS
+        from .advantages import ALGORITHMS  # the package registers the built-in algorithms
         from .backends import BACKENDS, missing_requirement
         from .estimators import ESTIMATORS
         from .losses import KL_ESTIMATORS, LOSSES
@@ -289,9 +514,8 @@ class TrainConfig:
                 f"backend={self.backend!r} serves a frozen policy (evaluation and rollouts): "
                 "it cannot take the trainer's weights"
             )
-        options = self.backend_kwargs if isinstance(self.backend_kwargs, dict) else {}
-        own_weights = self.backend not in ("transformers", "hf") or not options.get("share_model", True)  # fmt: skip
-        if (self.generation_engines > 1 or self.max_staleness > 0 or self.data_parallel == "shard") and not own_weights:  # fmt: skip
+        needs_own = self.generation_engines > 1 or self.max_staleness > 0 or self.data_parallel == "shard"  # fmt: skip
+        if self.backend in BACKENDS and needs_own and not self.engines_have_own_weights:
             problems.append(
                 "generation_engines > 1, max_staleness > 0 and data_parallel shard need engines "
                 "with weights of their own, not the trainer's module: set "
@@ -307,6 +531,11 @@ class TrainConfig:
             check = getattr(algorithm, "check", None)
             if check is not None and not accepted:  # the algorithm's own rules for its options
                 problems += check(self, **self.algorithm_kwargs)
+            if self.data_parallel == "shard" and getattr(algorithm, "owns_model", False):
+                problems.append(
+                    f"shard does not shard a second model yet: algorithm {self.algorithm!r} "
+                    "trains a model of its own (a critic) and needs data_parallel replicate"
+                )
             per_token = getattr(algorithm, "token_advantages", False)
             if per_token and self.loss in LOSSES and not LOSSES[self.loss].token_advantages:
                 problems.append(
@@ -314,6 +543,56 @@ class TrainConfig:
                     f"{self.algorithm!r} gives one per token (use ppo_clip, sapo or vanilla_pg)"
                 )
         return problems
+
+    # -- what the parts read ---------------------------------------------------------------
+
+    @property
+    def engines_have_own_weights(self) -> bool:
+        """Whether the generation engines hold weights of their own rather than the trainer's
+        module (as the backend declares: ``shares_model(options)``)."""
+        from .backends import BACKENDS
+
+        shares = getattr(BACKENDS.lookup(self.backend), "shares_model", None)
+        return shares is None or not shares(dict(self.backend_kwargs))
+
+    @property
+    def drift_corrections(self) -> list[str]:
+        """The train/serve corrections applied: ``rollout_correction``, or truncated importance
+        sampling when stale samples need one (``max_staleness`` > 0)."""
+        return list(self.rollout_correction) or (["tis"] if self.max_staleness else [])
+
+    @property
+    def measures_drift(self) -> bool:
+        """``measure_drift``, or by default: when the engines generate with weights of their
+        own, or a correction needs the measurement."""
+        if self.measure_drift is not None:
+            return self.measure_drift
+        return self.engines_have_own_weights or bool(self.drift_corrections)
+
+    def check_ranks(self, ranks: int) -> None:
+        """Refuse what data parallelism over ``ranks`` ranks would change rather than split."""
+        from .estimators import ESTIMATORS
+
+        if ranks == 1:
+            return
+        problems = []
+        if self.prompts_per_step < ranks:
+            problems.append(
+                f"prompts_per_step ({self.prompts_per_step}) must be at least the number of "
+                f"ranks ({ranks}): each rank trains on whole groups"
+            )
+        if getattr(ESTIMATORS.lookup(self.estimator), "batch_wide", False):
+            problems.append(
+                f"estimator {self.estimator!r} takes its baseline over the whole batch; under "
+                "data parallelism each rank would see only its share: use a group estimator"
+            )
+        if self.dynamic_sampling:
+            problems.append(
+                "dynamic_sampling with data parallelism could leave a rank without groups; "
+                "turn it off, or train on one rank"
+            )
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     # -- files and overrides ---------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def clipped_value_loss(
     clip_eps: float | None = 0.2,
     reduction: str = "token_mean",
     normaliser: Normaliser | None = None,
-    max_new_tokens: int | None = None,
+    max_episode_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped value loss ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, ±eps) - R)^2)``.
 
@@ -109,7 +109,7 @@ def clipped_value_loss(
         loss_t = torch.maximum(loss_t, err_c.square())
     if normaliser is None:
         normaliser = build_normaliser(
-            reduction, m, max_new_tokens=max_new_tokens, distributed=False
+            reduction, m, max_episode_tokens=max_episode_tokens, distributed=False
         )
     loss = normaliser.reduce(0.5 * loss_t, m)
     n = m.sum().clamp(min=1)

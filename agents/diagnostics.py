@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .sampling import GenerationLedger
+from .ledger import GenerationLedger
 
 __all__ = [
     "batch_diagnostics",

@@ -12,10 +12,15 @@ anything.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from .sharding import shard_model
+
+T = TypeVar("T")
 
 __all__ = ["World", "backend_for", "init_group", "ranks", "setup"]
 
@@ -28,8 +33,36 @@ def ranks() -> int:
 class World:
     """This process's place among the trainer's ranks."""
 
-    def __init__(self, rank: int = 0, size: int = 1) -> None:
+    def __init__(self, rank: int = 0, size: int = 1, *, shards: bool = False) -> None:
+        """``shards``: the ranks hold FSDP2 shards of the training model rather than whole
+        copies (``data_parallel: shard`` with more than one rank)."""
         self.rank, self.size = rank, size
+        self.shards = shards and size > 1
+
+    def place(self, model: torch.nn.Module) -> None:
+        """Lay the training model over the ranks: shard it in place when the run shards it
+        (agents/sharding.py), else leave it whole. Engines copy it before this."""
+        if self.shards:
+            shard_model(model)
+
+    def on_main(self, fn: Callable[[], T], otherwise: T) -> T:
+        """``fn()`` on rank 0 (an evaluation, a checkpoint written) while the other ranks wait
+        for it and get ``otherwise``."""
+        out = fn() if self.main else otherwise
+        self.barrier()
+        return out
+
+    def main_only(self, callback: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        """``callback`` on rank 0, None elsewhere (the command line's bar and summaries)."""
+        return callback if self.main else None
+
+    def step_metrics(self, generated: int) -> dict[str, int]:
+        """The tokens every rank generated this step, and how many ranks ran (under data
+        parallelism; the rest of the step's metrics are this rank's)."""
+        out = {"tokens_generated": int(self.total(generated))}
+        if self.size > 1:
+            out["data_parallel_ranks"] = self.size
+        return out
 
     @property
     def main(self) -> bool:
@@ -88,11 +121,12 @@ def init_group(device: str = "cpu", **kwargs: Any) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def setup(device: str = "cpu") -> World:
-    """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1); else one rank."""
+def setup(device: str = "cpu", data_parallel: str = "replicate") -> World:
+    """Join the process group ``torchrun`` describes (``WORLD_SIZE`` > 1); else one rank.
+    ``data_parallel``: ``replicate`` (whole copies) or ``shard`` (FSDP2)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
     if not dist.is_initialized():
         init_group(device)
-    return World(dist.get_rank(), dist.get_world_size())
+    return World(dist.get_rank(), dist.get_world_size(), shards=data_parallel == "shard")

@@ -36,14 +36,13 @@ under-filled, invalid responses...) so nothing is dropped silently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from forkgym.registry import Registry
-from forkgym.verifiers import Outcome, Status
 
 __all__ = [
     "ESTIMATORS",
@@ -51,8 +50,6 @@ __all__ = [
     "GroupRewards",
     "get_estimator",
     "register_estimator",
-    "rewards_from_outcomes",
-    "valid_from_statuses",
 ]
 
 Stats = dict[str, float]
@@ -68,37 +65,6 @@ def register_estimator(name: str) -> Callable[[type], type]:
 def get_estimator(name: str, **config: Any) -> Estimator:
     """Build the estimator registered as ``name`` with its keyword configuration."""
     return ESTIMATORS.build(name, **config)
-
-
-# --------------------------------------------------------------------------------------------
-# Building `valid` (and rewards) from verifier outcomes
-
-
-def valid_from_statuses(statuses: Sequence[Sequence[Status | str]]) -> torch.Tensor:
-    """``[P, K]`` bool mask: False exactly where the status is infrastructure (timeout/error)."""
-    rows = [[not Status(s).is_infrastructure for s in row] for row in statuses]
-    _check_rectangular(rows)
-    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), -1)
-
-
-def rewards_from_outcomes(
-    outcomes: Sequence[Sequence[Outcome]],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rewards float64 [P, K], valid bool [P, K])`` from a grid of outcomes.
-
-    Infrastructure outcomes carry no reward: their entry is NaN (never 0) and ``valid`` is
-    False there, so a forgotten mask fails loudly instead of entering a baseline as a 0.
-    """
-    rows = [[math.nan if o.reward is None else o.reward for o in row] for row in outcomes]
-    _check_rectangular(rows)
-    rewards = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), -1)
-    valid = valid_from_statuses([[o.status for o in row] for row in outcomes])
-    return rewards, valid
-
-
-def _check_rectangular(rows: Sequence[Sequence[Any]]) -> None:
-    if len({len(r) for r in rows}) > 1:
-        raise ValueError("expected a rectangular [prompt, rollout] grid")
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,12 +223,15 @@ class Estimator:
 
     * ``needs_group``: it compares the rollouts of one task, so K >= 2 (refused otherwise);
     * ``needs_greedy``: it needs one greedy branch per task, passed as ``greedy`` and
-      ``greedy_valid`` (the trainer collects those branches only for such estimators).
+      ``greedy_valid`` (the trainer collects those branches only for such estimators);
+    * ``batch_wide``: its baseline spans the whole batch (or several steps), so under data
+      parallelism each rank would compute it over its own share (refused there).
     """
 
     name = "base"
     needs_group: ClassVar[bool] = False
     needs_greedy: ClassVar[bool] = False
+    batch_wide: ClassVar[bool] = False
 
     def __call__(
         self,
@@ -327,6 +296,8 @@ class ReinforceMean(Estimator):
     as a default. A batch whose valid rewards are all equal gets exact zeros.
     """
 
+    batch_wide = True
+
     def compute(self, g):
         mean, count = _batch_mean(g)
         adv = torch.where(_batch_constant(g), 0.0, g.r - mean)
@@ -346,6 +317,8 @@ class ReinforceEMA(Estimator):
     ``b <- decay * b + (1 - decay) * m``. Batches with no valid reward leave the state alone.
     Checkpoint with ``state_dict()`` / ``load_state_dict()``.
     """
+
+    batch_wide = True
 
     def __init__(self, decay: float = 0.9, init: float = 0.0) -> None:
         if not 0.0 <= decay < 1.0:
@@ -468,6 +441,8 @@ class GRPOBatchStd(_StdScaled):
     are no longer reweighted by their own dispersion. All-equal and under-filled groups get
     exact zeros; if the batch std is ``<= eps`` every advantage is 0 (``batch_std_below_eps``).
     """
+
+    batch_wide = True
 
     def compute(self, g):
         mean, count = _batch_mean(g)

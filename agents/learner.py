@@ -15,8 +15,6 @@ generates: generation and learning meet only at ``policy.sync_weights``.
 from __future__ import annotations
 
 import copy
-import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +22,10 @@ import torch
 
 from .batch import MicroBatch, TokenBatch
 from .config import TrainConfig
+from .dapo import mask_truncated
 from .diagnostics import sequence_losses
-from .distributed import ranks
+from .distributed import World, ranks
+from .drift import correction_weights, drift_metrics
 from .logprobs import token_logprobs, token_logprobs_and_entropy
 from .losses import PolicyLoss, get_loss
 from .passes import MetricMeans, clip_and_step, optimizer_steps
@@ -35,9 +35,19 @@ from .prefix_sharing import (
     shared_prefix_logprobs,
     supports_prefix_sharing,
 )
-from .sampling import mask_truncated
+from .reductions import Normaliser
 from .schedules import lr_factor_at
-from .sharding import idle_pass, is_sharded, load_optimizer_state, most_passes, optimizer_state
+from .seeds import shuffle_key
+from .sharding import (
+    full_state_dict,
+    idle_pass,
+    is_sharded,
+    load_full_state_dict,
+    load_optimizer_state,
+    most_passes,
+    optimizer_state,
+)
+from .stages import Stages
 
 __all__ = ["Learner", "Update"]
 
@@ -54,7 +64,8 @@ class Update:
     grad_norm: float = 0.0  # mean over optimizer steps, before clipping
     tokens_trained: int = 0
     optimizer_steps: int = 0
-    timing: Counter[str] = field(default_factory=Counter)
+    timing: dict[str, float] = field(default_factory=dict)  # time/forward_and_loss, ...
+    lr: float = 0.0  # the step's learning rate
     # [N] each row's mean loss term in the first epoch (with config.diagnose_losses)
     sequence_losses: torch.Tensor | None = None
 
@@ -62,14 +73,16 @@ class Update:
 class Learner:
     """Owns the training model's optimizer, loss and (with a KL term) the reference model."""
 
-    def __init__(self, model: torch.nn.Module, config: TrainConfig, *, max_new_tokens: int) -> None:
-        """``max_new_tokens``: the episode's generation budget (all turns), Dr. GRPO's constant."""
+    def __init__(
+        self, model: torch.nn.Module, config: TrainConfig, *, max_episode_tokens: int
+    ) -> None:
+        """``max_episode_tokens``: the episode's generation budget (all turns), Dr. GRPO's constant."""
         self.model = model
         self.config = config
         self.loss_fn: PolicyLoss = get_loss(
             config.loss,
             reduction=config.reduction,
-            max_new_tokens=max_new_tokens,
+            max_episode_tokens=max_episode_tokens,
             kl_coef=0.0 if config.kl_in_reward else config.kl_coef,
             kl_estimator=config.kl_estimator,
             **config.loss_kwargs,
@@ -77,10 +90,10 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
-        # sharded (FSDP2, agents/sharding.py): every rank must run as many passes as the others
+        # sharded (FSDP2, agents/sharding.py): every rank must run as many passes as the
+        # others, and whole weights are gathered for the engine and checkpoints. Detected here
+        # once and passed down; the configuration refuses what a sharded run cannot do.
         self.sharded = is_sharded(model)
-        if self.sharded and config.kl_coef > 0:
-            raise ValueError("a KL reference model is not sharded yet: kl_coef must be 0")
         # the weights training starts from, frozen: KL is measured against them
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
         # one forward per distinct prompt (agents/prefix_sharing.py); a sharded model keeps the
@@ -122,6 +135,30 @@ class Learner:
         )
         self._run_idle(idle, backward=False)
         return out
+
+    def correct_drift(self, tokens: TokenBatch) -> tuple[TokenBatch, dict[str, float]]:
+        """When the run measures drift (``TrainConfig.measures_drift``): the engine's behaviour
+        log-probs against the training model's (``drift/...``, raw statistics) and the rows
+        with the configured corrections applied (agents/drift.py); else the rows as they are."""
+        config = self.config
+        if not config.measures_drift:
+            return tokens, {}
+        current = self.current_logprobs(tokens)
+        metrics = drift_metrics(current, tokens.old_logprobs, tokens.action_mask)
+        corrections = config.drift_corrections
+        if corrections:
+            weights, stats = correction_weights(
+                current,
+                tokens.old_logprobs,
+                tokens.action_mask,
+                corrections,
+                tis_clamp=config.tis_clamp,
+                seq_band=config.seq_mask_band,
+                geo_band=config.geo_mask_band,
+            )
+            metrics.update(stats)
+            tokens = tokens.with_correction(current, weights)
+        return tokens, metrics
 
     def _idle_passes(self, passes: int) -> int:
         """Sharded: how many passes fewer than the busiest rank this rank will run (agreed
@@ -166,11 +203,17 @@ class Learner:
         )
         return logprobs, ent.detach()
 
-    def update(self, tokens: TokenBatch, advantages: torch.Tensor, step: int) -> Update:
-        """PPO epochs over mini-batches of ``tokens``; one optimizer step (and one normaliser)
-        each. ``advantages``: ``[N]`` per row, or ``[N, T]`` per token (a critic's)."""
+    def update(
+        self, tokens: TokenBatch, advantages: torch.Tensor, step: int, *, train: bool = True
+    ) -> Update:
+        """This step's learning rate, then PPO epochs over mini-batches of ``tokens``; one
+        optimizer step (and one normaliser) each. ``advantages``: ``[N]`` per row, or
+        ``[N, T]`` per token (a critic's). ``train=False``: the learning rate only (a step
+        that trains what the algorithm owns alone, a critic's warm-up)."""
         config = self.config
-        result = Update()
+        result = Update(lr=self.set_lr(step))
+        if not train:
+            return result
         if not len(tokens):
             if ranks() > 1:
                 # the other ranks would wait for this one's counts and gradients forever
@@ -186,6 +229,7 @@ class Learner:
         if config.diagnose_losses:
             result.sequence_losses = torch.zeros(len(tokens), dtype=torch.float32)
         means = MetricMeans(per_step=_PER_STEP, per_epoch=_PER_EPOCH)
+        stages = Stages()
         grad_norms = []
         steps = optimizer_steps(
             tokens,
@@ -196,46 +240,84 @@ class Learner:
             micro_batch_size=config.micro_batch_size,
             device=config.device,
             reduction=self.reduction,
-            max_new_tokens=self.loss_fn.max_new_tokens,
+            max_episode_tokens=self.loss_fn.max_episode_tokens,
         )
         for epoch, micros, norm in steps:
             idle = self._idle_passes(len(micros))
             for mb in micros:
-                t0 = time.perf_counter()
-                layout = self._layout(mb)  # the policy and the reference read the same rows
-                logprobs, entropy = self._score(self.model, mb, layout, entropy=True)
-                ref = None
-                if self.reference is not None and not config.kl_in_reward:
-                    with torch.no_grad():  # the reference's entropy is never used
-                        ref = self._reference(mb, layout)
-                terms, bmask, extra = self.loss_fn.terms(
-                    logprobs, mb.old_logprobs, mb.advantages, mb.action_mask,
-                    ref_logprobs=ref, is_weights=mb.is_weights,
-                )  # fmt: skip
-                if result.sequence_losses is not None and epoch == 0:
-                    result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
-                loss, metrics = self.loss_fn.reduce(
-                    terms, bmask, extra, normaliser=norm, entropy=entropy
-                )
-                t1 = time.perf_counter()
-                loss.backward()
-                result.timing["time/forward_and_loss"] += t1 - t0
-                result.timing["time/backward"] += time.perf_counter() - t1
+                with stages("forward_and_loss"):
+                    loss, metrics = self._loss(mb, norm, result, first_epoch=epoch == 0)
+                with stages("backward"):
+                    loss.backward()
                 means.add(metrics, float(mb.tokens))
             self._run_idle(idle, backward=True)
-            t0 = time.perf_counter()
-            grad_norms.append(clip_and_step(self.model.parameters(), self.optimizer, config.grad_clip))  # fmt: skip
-            result.timing["time/optimizer"] += time.perf_counter() - t0
+            with stages("optimizer"):
+                norm_before = clip_and_step(
+                    self.model.parameters(), self.optimizer, config.grad_clip, sharded=self.sharded
+                )
+            grad_norms.append(norm_before)
+        result.timing = stages.metrics()
         result.optimizer_steps = len(grad_norms)
         result.metrics.update(means.result(max(result.optimizer_steps, 1), config.ppo_epochs))
         result.grad_norm = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
         return result
 
+    def _loss(
+        self, mb: MicroBatch, norm: Normaliser, result: Update, *, first_epoch: bool
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's loss under the step's normaliser, and its metrics."""
+        layout = self._layout(mb)  # the policy and the reference read the same rows
+        logprobs, entropy = self._score(self.model, mb, layout, entropy=True)
+        ref = None
+        if self.reference is not None and not self.config.kl_in_reward:
+            with torch.no_grad():  # the reference's entropy is never used
+                ref = self._reference(mb, layout)
+        terms, bmask, extra = self.loss_fn.terms(
+            logprobs, mb.old_logprobs, mb.advantages, mb.action_mask,
+            ref_logprobs=ref, is_weights=mb.is_weights,
+        )  # fmt: skip
+        if result.sequence_losses is not None and first_epoch:
+            result.sequence_losses[mb.rows] = sequence_losses(terms, bmask).cpu()
+        return self.loss_fn.reduce(terms, bmask, extra, normaliser=norm, entropy=entropy)
+
     def _shuffle_key(self, step: int, epoch: int) -> tuple[int | str, ...] | None:
         """The first pass keeps the rows' order unless it is split; later passes shuffle."""
         if epoch == 0 and self.config.minibatches == 1:
             return None
-        return (self.config.seed, "shuffle", step, epoch)
+        return shuffle_key(self.config.seed, "shuffle", step, epoch)
+
+    # -- the weights, for the engine and for checkpoints ----------------------------------------
+
+    def engine_weights(self) -> torch.nn.Module | dict[str, Any]:
+        """What a generation engine loads: the model, or (sharded) the whole weights every
+        rank gathers from the shards for its own engine (a collective)."""
+        return full_state_dict(self.model) if self.sharded else self.model
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint takes from every rank (a collective when sharded): the optimizer's
+        state and, sharded, the whole weights (on rank 0; None: the module's own)."""
+        whole = full_state_dict(self.model, rank0_only=True) if self.sharded else None
+        return {"optimizer": self.state_dict(), "model_state": whole}
+
+    def load_weights(self, weights: dict[str, Any]) -> Any:
+        """Whole weights into the model, sharded or not; the missing and unexpected keys."""
+        if self.sharded:
+            return load_full_state_dict(self.model, weights)
+        return self.model.load_state_dict(weights, strict=False)
+
+    def check_replicas(self, world: World, step: int) -> None:
+        """Replicated data parallelism: every rank's weights must be rank 0's (they take the
+        same steps from the same start), checked before a checkpoint holds rank 0's only. A
+        sharded model has one copy of each shard: nothing to compare."""
+        if world.size == 1 or self.sharded:
+            return
+        with torch.no_grad():
+            checksum = sum(float(p.double().sum()) for p in self.model.parameters())
+        if not world.agree(checksum):
+            raise RuntimeError(
+                f"step {step}: the data-parallel ranks' weights differ; a rank trained on "
+                "something the others did not (see agents/distributed.py)"
+            )
 
     # -- checkpoints ----------------------------------------------------------------------------
 

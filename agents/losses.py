@@ -133,20 +133,20 @@ class PolicyLoss:
         self,
         *,
         reduction: str | None = None,
-        max_new_tokens: int | None = None,
+        max_episode_tokens: int | None = None,
         kl_coef: float = 0.0,
         kl_estimator: str = "k3",
     ) -> None:
         self.reduction = reduction or self.default_reduction
         if self.reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {self.reduction!r}; expected one of {REDUCTIONS}")
-        if self.reduction == "dr_grpo_constant" and not max_new_tokens:
-            raise ValueError("reduction 'dr_grpo_constant' needs max_new_tokens")
+        if self.reduction == "dr_grpo_constant" and not max_episode_tokens:
+            raise ValueError("reduction 'dr_grpo_constant' needs max_episode_tokens")
         if kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"unknown KL estimator {kl_estimator!r}; expected {KL_ESTIMATORS}")
         if kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-        self.max_new_tokens = max_new_tokens
+        self.max_episode_tokens = max_episode_tokens
         self.kl_coef = float(kl_coef)
         self.kl_estimator = kl_estimator
 
@@ -255,7 +255,7 @@ class PolicyLoss:
                     "per optimizer step over all micro-batches and ranks"
                 )
             return build_normaliser(
-                self.reduction, mask, max_new_tokens=self.max_new_tokens, distributed=False
+                self.reduction, mask, max_episode_tokens=self.max_episode_tokens, distributed=False
             )
         if normaliser.reduction != self.reduction:
             raise ValueError(

@@ -34,7 +34,7 @@ def optimizer_steps(
     micro_batch_size: int,
     device: str | torch.device,
     reduction: str,
-    max_new_tokens: int | None = None,
+    max_episode_tokens: int | None = None,
 ) -> Iterator[tuple[int, list[MicroBatch], Normaliser]]:
     """``(epoch, micro-batches, normaliser)`` for each optimizer step of ``epochs`` passes.
 
@@ -45,7 +45,7 @@ def optimizer_steps(
         for rows in tokens.minibatches(minibatches, shuffle_key(epoch)):
             micros = tokens.micro_batches(rows, advantages, size=micro_batch_size, device=device)
             norm = build_normaliser(
-                reduction, [mb.action_mask for mb in micros], max_new_tokens=max_new_tokens
+                reduction, [mb.action_mask for mb in micros], max_episode_tokens=max_episode_tokens
             )
             if norm.tokens:
                 yield epoch, micros, norm
@@ -72,16 +72,20 @@ def sync_gradients(parameters: list[torch.nn.Parameter]) -> None:
 
 
 def clip_and_step(
-    parameters: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float
+    parameters: Iterable[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    max_norm: float,
+    *,
+    sharded: bool = False,
 ) -> float:
     """Sum gradients over data-parallel ranks, clip to ``max_norm``, step, clear; the norm
-    before clipping."""
+    before clipping. ``sharded``: FSDP2 shards (the learner knows), whose gradients their
+    reduce-scatter summed already and whose norm is a DTensor."""
     parameters = [p for p in parameters if p.requires_grad]
-    sharded = any(hasattr(p, "full_tensor") for p in parameters)  # FSDP2's DTensor weights
-    if not sharded:  # a sharded model's gradients were summed by its reduce-scatter
+    if not sharded:
         sync_gradients(parameters)
     total = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+    norm = float(total.full_tensor() if sharded else total)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from .algorithms import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages
 from .batch import MicroBatch, RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import (
@@ -53,6 +53,7 @@ from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
 from .prefix_sharing import cache_argument, plan_prefixes, scatter_to_rows, suffix_outputs
 from .schedules import lr_factor_at
+from .seeds import shuffle_key
 
 __all__ = ["PPO", "PPOOptions", "SharedValueHead", "ValueModel"]
 
@@ -203,6 +204,7 @@ class PPO:
 
     needs_greedy = False
     token_advantages = True  # the loss must take [N, T] advantages
+    owns_model = True  # the value model (a copy of the trunk, or a head on it)
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, **options: Any) -> None:
         self.options = PPOOptions(**options)
@@ -309,7 +311,7 @@ class PPO:
             None,
             epochs=self.value_epochs,
             minibatches=self.options.value_minibatches or config.minibatches,
-            shuffle_key=lambda epoch: (config.seed, "critic-shuffle", step, epoch),
+            shuffle_key=lambda epoch: shuffle_key(config.seed, "critic-shuffle", step, epoch),
             micro_batch_size=config.micro_batch_size,
             device=config.device,
             reduction="token_mean",

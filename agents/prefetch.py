@@ -15,10 +15,11 @@ generation overlaps step ``t``'s update (``m = 1``: one-step off-policy), and wh
 produced which batch does not depend on timing: an asynchronous run is as reproducible as a
 synchronous one, and a resumed run equals the uninterrupted one when the checkpoint keeps
 the batches generated ahead of it (:meth:`Prefetcher.pending`). ``m = 0`` would be the
-synchronous loop; the trainer does not start a thread for it.
+synchronous loop, for which generation starts no thread (agents/generation.py).
 
 The engine is used by one caller at a time: the producer holds :attr:`Prefetcher.engine`
-while it generates a batch, the trainer while it syncs weights and while it evaluates.
+while it generates a batch, generation's other side while it pushes weights and while it
+evaluates.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .batch import RolloutBatch
-from .sampling import GenerationLedger
+from .ledger import GenerationLedger
 
 __all__ = ["Prefetcher"]
 

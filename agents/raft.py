@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .algorithms import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
 

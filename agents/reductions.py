@@ -7,12 +7,12 @@ denominator is a modelling choice, so it is always named:
 ``seq_sum``              ``sum_i sum_t term[i, t] / N``: long responses carry more terms
 ``seq_mean_token_mean``  ``sum_i (sum_t term[i, t] / L_i) / N``: every response weighs the same
 ``token_mean``           ``sum_i sum_t term[i, t] / sum_i L_i``: every token weighs the same
-``dr_grpo_constant``     ``sum_i sum_t term[i, t] / (max_new_tokens * N)``: Dr. GRPO's constant
+``dr_grpo_constant``     ``sum_i sum_t term[i, t] / (max_episode_tokens * N)``: Dr. GRPO's constant
 =======================  =================================================================
 
 ``N`` counts sequences with at least one action token and ``L_i`` is the number of action
 tokens of sequence i (a fully loss-masked response, e.g. an overlong one under DAPO masking,
-is not a sequence of the loss). ``max_new_tokens`` is the generation budget, a true constant:
+is not a sequence of the loss). ``max_episode_tokens`` is the generation budget, a true constant:
 never the padded width of a batch, which changes with the batch.
 
 Why a :class:`Normaliser`: the denominators N and sum L_i belong to the whole optimizer step,
@@ -60,12 +60,12 @@ class Normaliser:
     reduction: str
     sequences: float
     tokens: float
-    max_new_tokens: int | None = None
+    max_episode_tokens: int | None = None
     world_size: int = 1
     gradient_sync: str = "sum"
 
     def __post_init__(self) -> None:
-        _check_reduction(self.reduction, self.max_new_tokens)
+        _check_reduction(self.reduction, self.max_episode_tokens)
         if self.gradient_sync not in GRADIENT_SYNCS:
             raise ValueError(f"gradient_sync must be one of {GRADIENT_SYNCS}")
 
@@ -75,7 +75,7 @@ class Normaliser:
         if self.reduction == "token_mean":
             d = self.tokens
         elif self.reduction == "dr_grpo_constant":
-            d = float(self.max_new_tokens) * self.sequences  # type: ignore[arg-type]
+            d = float(self.max_episode_tokens) * self.sequences  # type: ignore[arg-type]
         else:
             d = self.sequences
         return max(d, 1.0)  # nothing to reduce: the numerator is 0 as well
@@ -104,15 +104,17 @@ class Normaliser:
         return w
 
 
-def _check_reduction(reduction: str, max_new_tokens: int | None) -> None:
+def _check_reduction(reduction: str, max_episode_tokens: int | None) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduction!r}; expected one of {REDUCTIONS}")
     if reduction == "dr_grpo_constant" and (
-        max_new_tokens is None or int(max_new_tokens) != max_new_tokens or max_new_tokens < 1
+        max_episode_tokens is None
+        or int(max_episode_tokens) != max_episode_tokens
+        or max_episode_tokens < 1
     ):
         raise ValueError(
-            "dr_grpo_constant needs max_new_tokens (the generation budget, a positive "
-            f"int; not the padded width), got {max_new_tokens!r}"
+            "dr_grpo_constant needs max_episode_tokens (the generation budget, a positive "
+            f"int; not the padded width), got {max_episode_tokens!r}"
         )
 
 
@@ -126,7 +128,7 @@ def build_normaliser(
     reduction: str,
     masks: torch.Tensor | Sequence[torch.Tensor],
     *,
-    max_new_tokens: int | None = None,
+    max_episode_tokens: int | None = None,
     gradient_sync: str = "sum",
     group: dist.ProcessGroup | None = None,
     distributed: bool | None = None,
@@ -139,7 +141,7 @@ def build_normaliser(
     ``all_reduce``: every rank must call this, with its own masks, before its first
     micro-batch. ``distributed=False`` keeps the counts local.
     """
-    _check_reduction(reduction, max_new_tokens)
+    _check_reduction(reduction, max_episode_tokens)
     if gradient_sync not in GRADIENT_SYNCS:
         raise ValueError(f"gradient_sync must be one of {GRADIENT_SYNCS}")
     if isinstance(masks, torch.Tensor):
@@ -166,7 +168,7 @@ def build_normaliser(
         reduction=reduction,
         sequences=float(seqs),
         tokens=float(toks),
-        max_new_tokens=None if max_new_tokens is None else int(max_new_tokens),
+        max_episode_tokens=None if max_episode_tokens is None else int(max_episode_tokens),
         world_size=world,
         gradient_sync=gradient_sync,
     )

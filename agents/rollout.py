@@ -28,7 +28,7 @@ from typing import Any
 from .batch import RolloutBatch, RolloutCost
 from .episode import Episode, Group
 from .policy import GenerationRequest, Policy, SamplingParams
-from .seeds import request_seed
+from .seeds import sampling_seed
 
 __all__ = [
     "ChatTokens",
@@ -263,5 +263,5 @@ class Rollouts:
             temperature=self.temperature,
             top_p=self.top_p,
             stop_token_ids=self.stop,
-            seed=request_seed(self.seed, stream, step, key, episode.branch, turn),
+            seed=sampling_seed(self.seed, stream, step, key, episode.branch, turn),
         )

@@ -16,14 +16,17 @@ import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy.dialects import sqlite
 
 from forkgym.store import make_engine, upgrade
 from forkgym.store.models import MetricRow, RunRow, utcnow
 
-__all__ = ["WANDB_INSTALL_HINT", "RunLog", "read_metrics"]
+if TYPE_CHECKING:
+    from .config import TrainConfig
+
+__all__ = ["WANDB_INSTALL_HINT", "RunLog", "SilentLog", "open_run_log", "read_metrics"]
 
 WANDB_INSTALL_HINT = "wandb=true needs the wandb package: pip install 'forkgym[wandb]'"
 
@@ -182,3 +185,33 @@ class RunLog:
         if self._wandb is not None:
             self._wandb.finish(exit_code=exit_code)
         self._engine.dispose()
+
+
+class SilentLog:
+    """The run log of data-parallel ranks other than 0: rank 0 writes the run folder."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self, exit_code: int = 0) -> None:
+        pass
+
+
+def open_run_log(config: TrainConfig, *, main: bool, resume_step: int | None) -> RunLog | SilentLog:
+    """Rank 0 (``main``) saves the resolved config as ``RUN_DIR/config.yaml`` and opens the
+    run's log; the other ranks get a :class:`SilentLog`."""
+    if not main:
+        return SilentLog()
+    run_dir = Path(config.out)
+    config.save(run_dir / "config.yaml")
+    return RunLog(
+        run_dir,
+        run_dir.name,
+        config.to_dict(),
+        store_url=config.store_url,
+        tensorboard=config.tensorboard,
+        wandb=config.wandb,
+        wandb_project=config.wandb_project,
+        wandb_run_name=config.wandb_run_name,
+        resume_step=resume_step,
+    )

@@ -1,29 +1,55 @@
 """Keyed seeds: every random choice of a run is a pure function of a key, never of a stream.
 
-A task seed or a sampling seed is a hash of ``(run seed, what, step, index, ...)``, so the
-choice made at step ``s`` does not depend on what was drawn before it: a run resumed at ``s``
-makes the uninterrupted run's choices, and neighbouring seeds share nothing (``seed + i``
-would make runs with seeds 0 and 1 share all but one task).
+A task seed, a sampling seed, a mini-batch shuffle or an engine's seed is a hash
+(:func:`forkgym.keys.key_digest`, the scheme the environments key their episodes with) of
+``(run seed, what, step, index, ...)``, so the choice made at step ``s`` does not depend on
+what was drawn before it: a run resumed at ``s`` makes the uninterrupted run's choices, and
+neighbouring seeds share nothing (``seed + i`` would make runs with seeds 0 and 1 share all
+but one task). This module is the only place that composes a key from the run seed.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
-__all__ = ["keyed_generator", "request_seed", "task_seeds"]
+from forkgym.keys import key_digest
+
+__all__ = [
+    "engine_seed",
+    "keyed_generator",
+    "request_seed",
+    "sampling_seed",
+    "shuffle_key",
+    "task_seeds",
+]
 
 
 def request_seed(*key: int | str) -> int:
-    """A 63-bit seed for one generation request, a pure function of its key."""
-    digest = hashlib.blake2b(repr(key).encode(), digest_size=8, person=b"forkgym-sample").digest()
-    return int.from_bytes(digest, "little") >> 1
+    """A 63-bit seed, a pure function of its key."""
+    return int.from_bytes(key_digest(key, size=8, purpose=b"forkgym-sample"), "little") >> 1
 
 
 def task_seeds(seed: int, stream: str, step: int, n: int) -> list[int]:
     """The task seeds of one step or evaluation: hashed keys, never ``seed + i``."""
     return [request_seed(seed, "tasks", stream, step, i) for i in range(n)]
+
+
+def sampling_seed(seed: int, stream: str, step: int, group: int, branch: int, turn: int) -> int:
+    """The seed of one sampled generation request: a branch's turn of a group of a step."""
+    return request_seed(seed, stream, step, group, branch, turn)
+
+
+def shuffle_key(seed: int, what: str, step: int, epoch: int) -> tuple[int | str, ...]:
+    """The key of one pass's row order (``what``: ``shuffle`` for the policy's update,
+    ``critic-shuffle`` for a critic's), for :func:`keyed_generator`."""
+    return (seed, what, step, epoch)
+
+
+def engine_seed(seed: int, engine: int) -> int:
+    """The seed of the ``engine``-th engine of a pool (31 bits: every engine's own RNG takes
+    it). A pool seeds every request itself before handing it on, so its engines never draw
+    from their own streams in training or evaluation."""
+    return request_seed(seed, "engine", engine) >> 32
 
 
 def keyed_generator(*key: int | str) -> torch.Generator:

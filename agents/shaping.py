@@ -27,8 +27,8 @@ import torch
 
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
+from .dapo import apply_overlong_penalty
 from .losses import kl_reward_penalty
-from .sampling import apply_overlong_penalty
 
 __all__ = ["RewardShaping"]
 
@@ -41,16 +41,16 @@ class RewardShaping:
         config: TrainConfig,
         reference: Callable[[TokenBatch], torch.Tensor] | None,
         *,
-        budget: int,
+        max_episode_tokens: int,
     ) -> None:
         """``reference(tokens) -> [N, T]``: the reference model's log-probs of the rows (for
-        KL in the reward); ``budget``: the episode's generation budget (``max_new_tokens``
-        times turns)."""
+        KL in the reward); ``max_episode_tokens``: the episode's generation budget
+        (``max_new_tokens`` per turn times the environment's turns)."""
         if config.kl_in_reward and reference is None:
             raise ValueError("kl_in_reward needs the reference model's log-probs")
         self.config = config
         self.reference = reference
-        self.max_length = config.overlong_max_tokens or budget
+        self.max_length = config.overlong_max_tokens or max_episode_tokens
         if config.overlong_buffer > self.max_length:
             raise ValueError(
                 f"overlong_buffer={config.overlong_buffer} exceeds the length it counts back "
@@ -91,9 +91,7 @@ class RewardShaping:
                 coef=config.kl_coef,
                 kind=config.kl_estimator,
             )
-            pen = torch.zeros(rewards.numel(), dtype=torch.float64)
-            pen[tokens.index] = per_row.to(torch.float64)
-            pen = pen.reshape(rewards.shape)
+            pen = tokens.to_grid(per_row.to(torch.float64), rewards.shape)
             rewards = rewards - pen
             metrics["shaping/kl_penalty_mean"] = _mean(pen, valid)
         return replace(batch, rewards=rewards, greedy_rewards=greedy), metrics

@@ -24,7 +24,7 @@ import time
 import gymnasium as gym
 
 import forkgym.envs
-from forkgym.bench import TimedVerifier
+from forkgym.recipes import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 TARGETS = {"forkgym/Arithmetic-v0": 5000.0, "forkgym/WordProblems-v0": 5000.0}

@@ -237,7 +237,7 @@ def section_grpo(args: argparse.Namespace, device: torch.device, shape: Shape) -
     params = sum(p.numel() for p in model.parameters())
     policy = HFPolicy(model, None, device=device, max_batch=shape.prompts * shape.k)
     config = learner_config(shape, device)
-    learner = Learner(model, config, max_new_tokens=shape.new_tokens)
+    learner = Learner(model, config, max_episode_tokens=shape.new_tokens)
     algorithm = build_algorithm(config, model)
     prompts = prompts_for(shape, shape.model["vocab_size"])
     if device.type == "cuda":
@@ -287,7 +287,7 @@ def _update_seconds(
     model: Any, tokens: TokenBatch, advantages: torch.Tensor, config: TrainConfig, repeats: int
 ) -> tuple[float, Any]:
     device = torch.device(config.device)
-    learner = Learner(model, config, max_new_tokens=config.max_new_tokens)
+    learner = Learner(model, config, max_episode_tokens=config.max_new_tokens)
     times = []
     for step in range(repeats + 1):
         _, seconds = timed(device, lambda s=step: learner.update(tokens, advantages, s))
@@ -409,12 +409,12 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
     start = {name: t.detach().clone() for name, t in model.state_dict().items()}
     plain = copy.deepcopy(model)
     config = learner_config(shape, device, prefix_sharing=False, lr=1e-4)
-    Learner(plain, config, max_new_tokens=shape.new_tokens).update(tokens, advantages, 0)
+    Learner(plain, config, max_episode_tokens=shape.new_tokens).update(tokens, advantages, 0)
     init_group(str(device), init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
         sharded = copy.deepcopy(model)
         shard_model(sharded)
-        learner = Learner(sharded, config, max_new_tokens=shape.new_tokens)
+        learner = Learner(sharded, config, max_episode_tokens=shape.new_tokens)
         _, seconds = timed(device, lambda: learner.update(tokens, advantages, 0))
         whole = full_state_dict(sharded)
         pairs = [(n, p) for n, p in plain.state_dict().items() if n in whole]

@@ -62,7 +62,7 @@ def timed_steps(size: str, groups: list[int], steps: int, shard: bool = False) -
     if shard:
         shard_model(model)
     config = TrainConfig(loss="ppo_clip", reduction="token_mean", micro_batch_size=32, lr=1e-4)
-    learner = Learner(model, config, max_new_tokens=NEW_TOKENS)
+    learner = Learner(model, config, max_episode_tokens=NEW_TOKENS)
     tokens, advantages = batch(groups)
     times = []
     for step in range(steps + 2):  # two warm-up steps

@@ -31,7 +31,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from service_throughput import SEED, start_server, threaded
 
-from forkgym.bench import integer_mix
+from forkgym.recipes import integer_mix
 from forkgym.store.local_postgres import pg_bin, private_cluster
 
 

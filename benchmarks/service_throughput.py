@@ -42,7 +42,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
-from forkgym.bench import integer_mix, math_mix
+from forkgym.recipes import integer_mix, math_mix
 from forkgym.services import VerifierClient
 from forkgym.services.server import spawn
 from forkgym.store import upgrade

@@ -31,7 +31,7 @@ import torch
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
 from forkgym.agents.trainer import Trainer
-from forkgym.bench import TimedVerifier
+from forkgym.recipes import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 
@@ -68,7 +68,7 @@ def measure(args: argparse.Namespace, model: str, out: str, share: bool) -> dict
             "generation": m["time/generate"],
             "verification": verifier.seconds,
             "env (reset, step, tools)": m["time/env_and_verify"] - verifier.seconds,
-            "advantages": m["time/advantages"],
+            "advantages": m["time/reward"] + m["time/adv"],
             "forward + loss": m.get("time/forward_and_loss", 0.0),
             "backward": m.get("time/backward", 0.0),
             "optimizer": m.get("time/optimizer", 0.0),

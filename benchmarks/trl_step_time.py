@@ -16,7 +16,7 @@ the very same work:
   draws (``task_seeds(seed, "train", s, 8)``), in order (``shuffle_dataset=False``), as
   conversational prompts, so TRL applies the same chat template; its reward function grades
   each completion by stepping the env reset to that task, as forkgym's rollout does
-  (``forkgym.bench.trl_env_rows`` / ``trl_env_reward``, shared with
+  (``forkgym.recipes.trl_env_rows`` / ``trl_env_reward``, shared with
   ``experiments/trl_learning.py``);
 * the same stop tokens: forkgym's rollout ends a turn at ``<|im_end|>`` or ``<|endoftext|>``
   (``agents/rollout.py: stop_token_ids``). ``init_model`` writes both into the model's
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from forkgym.bench import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
+from forkgym.recipes import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, NEW_TOKENS, SEED, LR, BETAS = 8, 8, 8, 0, 1e-4, (0.9, 0.99)

@@ -26,7 +26,7 @@ import sys
 import time
 from collections import Counter
 
-from forkgym.bench import MIXES
+from forkgym.recipes import MIXES
 
 METHODS = {
     "raw": "raw math-verify (1 process)",

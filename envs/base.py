@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
+from forkgym.keys import key_digest
 from forkgym.verifiers import DEFAULT_REWARDS, Outcome, RewardMap, Status
 
 from .grading import Verifier, default_verifier
@@ -59,7 +60,8 @@ _ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "t
 
 
 def derived_pcg64_state(*key: str | int) -> dict[str, Any]:
-    """A PCG64 state (128-bit state and odd increment) derived from ``key`` by BLAKE2b.
+    """A PCG64 state (128-bit state and odd increment) derived from ``key``
+    (:func:`forkgym.keys.key_digest`, the keying scheme of every random choice in forkgym).
 
     This is what ``SeedSequence`` is for (well-mixed, independent streams from structured keys,
     never ``seed + index``), at a tenth of its cost: building ``Generator(PCG64(SeedSequence
@@ -67,7 +69,7 @@ def derived_pcg64_state(*key: str | int) -> dict[str, Any]:
     (the episode generator and the task's). Hashing the key's text and setting the state of a
     reused generator takes about 6 us. The mapping is platform-independent and fixed.
     """
-    digest = hashlib.blake2b(repr(key).encode(), digest_size=32, person=b"forkgym-rng").digest()
+    digest = key_digest(key, size=32, purpose=b"forkgym-rng")
     return {
         "bit_generator": "PCG64",
         "state": {

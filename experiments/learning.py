@@ -34,7 +34,7 @@ import forkgym.envs  # noqa: F401
 from forkgym.agents.config import TrainConfig
 from forkgym.agents.plots import curves, plot_runs
 from forkgym.agents.trainer import Trainer
-from forkgym.bench import (
+from forkgym.recipes import (
     ARITH_TOKENS,
     ARITHMETIC,
     ARITHMETIC_SHORT,

@@ -6,13 +6,11 @@ import math
 import re
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .presets import Regime
 from .stats import interval
-
-if TYPE_CHECKING:
-    from .report import RunSummary
+from .summary import RunSummary
 
 __all__ = ["plot_regime"]
 

@@ -23,56 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainConfig
+from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
 
 __all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
 
-EVAL_SEED = 10_000  # held-out tasks: the eval stream, shared by every method and seed
 Log = Callable[[str], None]
 
 
 def run_dir(out: Path, regime: Regime, method: str, seed: int) -> Path:
     return out / regime.name / f"{method}-seed{seed}"
-
-
-def held_out_accuracy(
-    model: Any,
-    tokenizer: Any,
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    max_new_tokens: int,
-    episodes: int,
-) -> dict[str, float]:
-    """Greedy pass@1 on ``episodes`` held-out tasks of the eval stream (:data:`EVAL_SEED`),
-    with the seconds it took; the model is evaluated in eval mode and handed back as it was."""
-    import gymnasium as gym
-
-    import forkgym.envs  # noqa: F401 - registers the environments
-
-    from ..evaluate import evaluate
-    from ..hf_policy import HFPolicy
-
-    was_training = model.training
-    model.eval()
-    t0 = time.perf_counter()
-    out = evaluate(
-        HFPolicy(model, tokenizer, seed=0),
-        tokenizer,
-        lambda: gym.make(env_id, **env_kwargs),
-        episodes=episodes,
-        seed=EVAL_SEED,
-        max_new_tokens=max_new_tokens,
-    )
-    model.train(was_training)
-    return {**out, "time/eval": time.perf_counter() - t0}
-
-
-def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:
-    """:func:`held_out_accuracy` on a regime's task."""
-    return held_out_accuracy(
-        model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes
-    )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .held_out import regime_held_out
 from .presets import Preset, Regime
-from .runner import regime_held_out
 
 __all__ = ["run_trl"]
 
@@ -30,7 +30,7 @@ def run_trl(regime: Regime, preset: Preset, seed: int, model_dir: str, folder: P
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from forkgym.bench import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
+    from forkgym.recipes import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
     from ..models import load_policy_model
 

@@ -59,12 +59,12 @@ def step_grad(
     """Gradient of W after one step over ``microbatches`` (this rank's rows), before any sync."""
     w = problem["w"].clone().requires_grad_()
     loss_fn = get_loss(
-        loss_name, reduction=reduction, max_new_tokens=MAX_NEW_TOKENS, **LOSS_CONFIGS[loss_name]
+        loss_name, reduction=reduction, max_episode_tokens=MAX_NEW_TOKENS, **LOSS_CONFIGS[loss_name]
     )
     norm = build_normaliser(
         reduction,
         [problem["mask"][rows] for rows in microbatches],
-        max_new_tokens=MAX_NEW_TOKENS,
+        max_episode_tokens=MAX_NEW_TOKENS,
         gradient_sync=gradient_sync,
     )
     for rows in microbatches:

@@ -82,7 +82,7 @@ def main(
         model = load_policy_model(model_dir)[0]
         if parallel == "shard" and world > 1:
             shard_model(model)
-        learner = Learner(model, config(reduction), max_new_tokens=8)
+        learner = Learner(model, config(reduction), max_episode_tokens=8)
         steps = (0, 1)
         if mode == "resume":
             state = torch.load(out_dir / "resume_from" / f"{reduction}.pt", weights_only=False)

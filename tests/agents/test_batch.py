@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from forkgym.agents.batch import RolloutBatch, RolloutCost, TokenBatch
+from forkgym.agents.batch import (
+    RolloutBatch,
+    RolloutCost,
+    TokenBatch,
+    rewards_from_outcomes,
+    valid_from_statuses,
+)
 from forkgym.agents.episode import Episode, Group
+from forkgym.agents.estimators import get_estimator
 from forkgym.verifiers import Outcome, Status
 
 
@@ -110,3 +117,18 @@ def test_a_batch_without_valid_rows_has_no_rows():
     groups = [Group("t", 0, [episode(0, b, "error") for b in range(2)])]
     tokens = TokenBatch.from_rollouts(RolloutBatch.from_groups(groups, 2), pad_id=0)
     assert len(tokens) == 0 and tokens.input_ids.shape == (0, 0)
+
+
+def test_valid_and_rewards_from_outcomes():
+    grid = [
+        [Outcome.from_status("correct"), Outcome.from_status("timeout")],
+        [Outcome.from_status("invalid"), Outcome.from_status("error")],
+    ]
+    rewards, valid = rewards_from_outcomes(grid)
+    assert valid.tolist() == [[True, False], [True, False]]
+    assert rewards[0, 0] == 1.0 and rewards[1, 0] == 0.0 and torch.isnan(rewards[:, 1]).all()
+    assert valid_from_statuses([[Status.TRUNCATED, "timeout"]]).tolist() == [[True, False]]
+    adv, _ = get_estimator("reinforce")(rewards, valid)
+    assert adv.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(ValueError, match="rectangular"):
+        valid_from_statuses([["correct"], ["correct", "error"]])

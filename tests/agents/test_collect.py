@@ -5,10 +5,10 @@ import torch
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.collect import Collector, rollout_metrics
+from forkgym.agents.dapo import groups_with_signal
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import load_policy_model
 from forkgym.agents.rollout import Rollouts
-from forkgym.agents.sampling import groups_with_signal
 from tests.conftest import WARM_ENV_KWARGS
 
 

@@ -140,3 +140,23 @@ def test_sharding_refuses_what_it_does_not_shard_and_needs_an_engine_of_its_own(
         TrainConfig(data_parallel="shard", kl_coef=0.1, **own)
     with pytest.raises(ConfigError, match="share_model=false"):
         TrainConfig(data_parallel="shard")
+
+
+def test_the_rules_about_ranks_are_the_configs():
+    TrainConfig(estimator="reinforce_ema", dynamic_sampling=True, prompts_per_step=1).check_ranks(1)
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(estimator="grpo_batch_std", dynamic_sampling=True, prompts_per_step=1).check_ranks(2)  # fmt: skip
+    message = str(refused.value)
+    assert "whole batch" in message and "dynamic_sampling" in message and "prompts_per_step" in message  # fmt: skip
+    TrainConfig(estimator="rloo", prompts_per_step=2).check_ranks(2)
+
+
+def test_what_the_engines_hold_is_declared_by_the_backend():
+    assert not TrainConfig().engines_have_own_weights and not TrainConfig().measures_drift
+    own = TrainConfig(backend_kwargs={"share_model": False})
+    assert own.engines_have_own_weights and own.measures_drift and own.drift_corrections == []
+    stale = TrainConfig(backend_kwargs={"share_model": False}, max_staleness=1)
+    assert stale.drift_corrections == ["tis"]
+    assert TrainConfig(rollout_correction=["tis"]).measures_drift  # asked for on a shared model
+    with pytest.raises(ConfigError, match="algorithm 'ppo' trains a model of its own"):
+        TrainConfig(algorithm="ppo", data_parallel="shard", backend_kwargs={"share_model": False})

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forkgym.agents.dapo import filter_groups
 from forkgym.agents.diagnostics import (
     batch_diagnostics,
     group_outcome_fractions,
@@ -17,8 +18,8 @@ from forkgym.agents.diagnostics import (
     stratify,
 )
 from forkgym.agents.estimators import get_estimator
+from forkgym.agents.ledger import GenerationLedger
 from forkgym.agents.losses import get_loss
-from forkgym.agents.sampling import GenerationLedger, filter_groups
 
 from .strategies import grids
 

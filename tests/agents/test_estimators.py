@@ -16,10 +16,7 @@ from forkgym.agents import estimators as est_mod
 from forkgym.agents.estimators import (
     ESTIMATORS,
     get_estimator,
-    rewards_from_outcomes,
-    valid_from_statuses,
 )
-from forkgym.verifiers import Outcome, Status
 
 from .strategies import VALUES, grids
 
@@ -399,21 +396,6 @@ def test_stats_count_everything():
     assert stats["groups_with_signal"] == 1
     assert stats["adv_nonzero"] == 2
     assert stats["reward_mean"] == pytest.approx(5 / 6)
-
-
-def test_valid_and_rewards_from_outcomes():
-    grid = [
-        [Outcome.from_status("correct"), Outcome.from_status("timeout")],
-        [Outcome.from_status("invalid"), Outcome.from_status("error")],
-    ]
-    rewards, valid = rewards_from_outcomes(grid)
-    assert valid.tolist() == [[True, False], [True, False]]
-    assert rewards[0, 0] == 1.0 and rewards[1, 0] == 0.0 and torch.isnan(rewards[:, 1]).all()
-    assert valid_from_statuses([[Status.TRUNCATED, "timeout"]]).tolist() == [[True, False]]
-    adv, _ = get_estimator("reinforce")(rewards, valid)
-    assert adv.tolist() == [[1.0, 0.0], [0.0, 0.0]]
-    with pytest.raises(ValueError, match="rectangular"):
-        valid_from_statuses([["correct"], ["correct", "error"]])
 
 
 def test_no_python_loop_in_any_estimator():

@@ -56,7 +56,7 @@ def test_the_update_does_not_depend_on_the_micro_batch_split(model, prefix_shari
     for size in (1, 3, 64):
         m = copy.deepcopy(model).double()
         cfg = TrainConfig(micro_batch_size=size, lr=1e-2, prefix_sharing=prefix_sharing)
-        learner = Learner(m, cfg, max_new_tokens=8)
+        learner = Learner(m, cfg, max_episode_tokens=8)
         seen = []
         learner.optimizer.register_step_pre_hook(
             lambda *_, m=m, seen=seen: seen.append(
@@ -77,21 +77,23 @@ def test_masked_truncated_responses_leave_the_loss_and_are_counted(model):
     tokens = tokens_of(["correct", "truncated", "incorrect"], [3, 8, 2])
     advantages = torch.tensor([1.0, -1.0, 0.0])
     cfg = TrainConfig(mask_truncated=True, lr=1e-2)
-    update = Learner(copy.deepcopy(model), cfg, max_new_tokens=8).update(tokens, advantages, 0)
+    update = Learner(copy.deepcopy(model), cfg, max_episode_tokens=8).update(tokens, advantages, 0)
     assert update.metrics["tokens"] == 5 and update.metrics["sequences"] == 2
     assert update.metrics["truncated_responses"] == 1
     assert update.metrics["truncated_tokens_masked"] == 8
     assert update.tokens_trained == 5
-    plain = Learner(copy.deepcopy(model), TrainConfig(lr=1e-2), max_new_tokens=8)
+    plain = Learner(copy.deepcopy(model), TrainConfig(lr=1e-2), max_episode_tokens=8)
     assert plain.update(tokens, advantages, 0).metrics["tokens"] == 13
 
 
 def test_epochs_and_minibatches_make_that_many_optimizer_steps(model):
     tokens = tokens_of(["correct"] * 5, [2, 3, 4, 5, 6])
     cfg = TrainConfig(ppo_epochs=2, minibatches=2, micro_batch_size=2)
-    update = Learner(copy.deepcopy(model), cfg, max_new_tokens=8).update(tokens, torch.ones(5), 0)
+    update = Learner(copy.deepcopy(model), cfg, max_episode_tokens=8).update(
+        tokens, torch.ones(5), 0
+    )
     assert update.optimizer_steps == 4 and update.metrics["tokens"] == 20  # per epoch
-    assert Learner(copy.deepcopy(model), cfg, max_new_tokens=8).set_lr(0) == cfg.lr
+    assert Learner(copy.deepcopy(model), cfg, max_episode_tokens=8).set_lr(0) == cfg.lr
 
 
 def test_a_step_with_nothing_left_in_the_loss_does_not_move_the_weights(model):
@@ -99,7 +101,7 @@ def test_a_step_with_nothing_left_in_the_loss_does_not_move_the_weights(model):
     m = copy.deepcopy(model)
     before = [p.detach().clone() for p in m.parameters()]
     cfg = TrainConfig(mask_truncated=True, weight_decay=0.1)
-    update = Learner(m, cfg, max_new_tokens=8).update(tokens, torch.tensor([1.0, -1.0]), 0)
+    update = Learner(m, cfg, max_episode_tokens=8).update(tokens, torch.tensor([1.0, -1.0]), 0)
     assert update.optimizer_steps == 0 and update.tokens_trained == 0
     assert update.metrics["truncated_responses"] == 2
     assert all(torch.equal(a, b) for a, b in zip(before, m.parameters(), strict=True))

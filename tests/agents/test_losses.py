@@ -30,7 +30,7 @@ BASE = {
 
 
 def make_loss(key: str, **kw):
-    return get_loss(BASE.get(key, key), max_new_tokens=MAX_NEW, **CONFIGS[key], **kw)
+    return get_loss(BASE.get(key, key), max_episode_tokens=MAX_NEW, **CONFIGS[key], **kw)
 
 
 def random_inputs(seed: int, b: int = 5, t: int = 7, spread: float = 0.3):
@@ -385,7 +385,7 @@ def test_validation_errors():
         loss_fn(logp, old, adv, mask, normaliser=build_normaliser("seq_sum", mask))
     with pytest.raises(ValueError, match="unknown loss"):
         get_loss("trpo")
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="max_episode_tokens"):
         get_loss("gspo", reduction="dr_grpo_constant")
     with pytest.raises(ValueError, match="dual_clip"):
         get_loss("ppo_clip", dual_clip=0.5)

@@ -39,7 +39,7 @@ def test_the_raft_step_is_the_token_mean_cross_entropy_of_the_accepted_rows(mode
     cfg = TrainConfig(algorithm="raft", loss="vanilla_pg", reduction="token_mean", k=3, lr=1e-3)
     adv = build_algorithm(cfg, model).advantages(batch, tokens)
     assert adv.train_rows.tolist() == [True, False, True] and adv.rows.tolist() == [1, 0, 1]
-    learner = Learner(copy.deepcopy(model), cfg, max_new_tokens=8)
+    learner = Learner(copy.deepcopy(model), cfg, max_episode_tokens=8)
     logprobs = learner.current_logprobs(tokens)
     kept = tokens.with_action_mask(tokens.action_mask & adv.train_rows[:, None])
     nll = -logprobs[kept.action_mask].double().mean()

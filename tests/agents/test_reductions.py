@@ -56,7 +56,7 @@ def batches(draw):
 def test_reductions_match_their_formulas(batch, reduction):
     terms, mask = batch
     max_new = terms.size(1) + 5
-    norm = build_normaliser(reduction, mask, max_new_tokens=max_new)
+    norm = build_normaliser(reduction, mask, max_episode_tokens=max_new)
     got = reduce_tokens(terms, mask, norm).item()
     assert got == pytest.approx(_direct(reduction, terms, mask, max_new), rel=1e-9, abs=1e-12)
 
@@ -65,7 +65,7 @@ def test_padding_garbage_cannot_reach_the_loss_or_gradient():
     terms = torch.tensor([[1.0, float("nan")], [2.0, float("inf")]], requires_grad=True)
     mask = torch.tensor([[True, False], [True, False]])
     for reduction in REDUCTIONS:
-        norm = build_normaliser(reduction, mask, max_new_tokens=4)
+        norm = build_normaliser(reduction, mask, max_episode_tokens=4)
         loss = reduce_tokens(terms, mask, norm)
         (grad,) = torch.autograd.grad(loss, terms)
         assert torch.isfinite(loss) and torch.isfinite(grad).all()
@@ -75,15 +75,15 @@ def test_padding_garbage_cannot_reach_the_loss_or_gradient():
 def test_dr_grpo_constant_uses_the_budget_not_the_padded_width():
     terms = torch.ones(3, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
-    norm = build_normaliser("dr_grpo_constant", mask, max_new_tokens=16)
+    norm = build_normaliser("dr_grpo_constant", mask, max_episode_tokens=16)
     assert norm.denominator == 16 * 3
     wide_terms = torch.cat([terms, torch.ones(3, 12)], 1)
     wide_mask = torch.cat([mask, torch.zeros(3, 12, dtype=torch.bool)], 1)
-    wide = build_normaliser("dr_grpo_constant", wide_mask, max_new_tokens=16)
+    wide = build_normaliser("dr_grpo_constant", wide_mask, max_episode_tokens=16)
     narrow_loss = reduce_tokens(terms, mask, norm)
     assert narrow_loss == reduce_tokens(wide_terms, wide_mask, wide)
     assert narrow_loss.item() == pytest.approx(7 / 48)
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="max_episode_tokens"):
         build_normaliser("dr_grpo_constant", mask)
 
 

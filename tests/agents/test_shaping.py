@@ -31,14 +31,16 @@ def grid_batch(lengths, statuses, greedy_length=None):
 def test_off_by_default_it_hands_back_the_same_batch():
     cfg = TrainConfig(max_new_tokens=10)
     batch = grid_batch([[3, 9]], [["correct", "incorrect"]])
-    shaped, metrics = RewardShaping(cfg, None, budget=10)(batch, TokenBatch.from_rollouts(batch, 0))
+    shaped, metrics = RewardShaping(cfg, None, max_episode_tokens=10)(
+        batch, TokenBatch.from_rollouts(batch, 0)
+    )
     assert shaped is batch and metrics == {}
 
 
 def test_overlong_punishment_on_valid_responses_and_the_greedy_branch():
     cfg = TrainConfig(max_new_tokens=10, overlong_buffer=4)  # 0 up to 6 tokens, -1 at 10
     batch = grid_batch([[3, 8, 10, 10]], [["correct", "correct", "incorrect", "error"]], greedy_length=8)  # fmt: skip
-    shaping = RewardShaping(cfg, None, budget=10)
+    shaping = RewardShaping(cfg, None, max_episode_tokens=10)
     shaped, metrics = shaping(batch, TokenBatch.from_rollouts(batch, 0))
     assert shaped.rewards[0, :3].tolist() == [1.0, 0.5, -1.0]
     assert torch.isnan(shaped.rewards[0, 3])  # no reward to shape: it stays out
@@ -46,7 +48,9 @@ def test_overlong_punishment_on_valid_responses_and_the_greedy_branch():
     assert batch.rewards[0, 1] == 1.0  # the env's rewards are not changed
     assert metrics["shaping/overlong_penalized_of_responses"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="exceeds"):  # longer than a 1-turn env's budget
-        RewardShaping(TrainConfig(max_new_tokens=10, overlong_buffer=12), None, budget=10)
+        RewardShaping(
+            TrainConfig(max_new_tokens=10, overlong_buffer=12), None, max_episode_tokens=10
+        )
 
 
 def test_kl_in_the_reward_replaces_kl_in_the_loss(tmp_path, tiny_model_dir):

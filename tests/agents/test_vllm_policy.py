@@ -21,7 +21,7 @@ from forkgym.agents.models import load_policy_model
 from forkgym.agents.policy import GenerationRequest, SamplingParams
 from forkgym.agents.rollout import ChatTokens, Rollouts
 from forkgym.agents.vllm_policy import VLLMPolicy
-from forkgym.bench import CALCULATOR
+from forkgym.recipes import CALCULATOR
 from tests.agents.test_trainer import TIMING
 
 pytestmark = pytest.mark.vllm

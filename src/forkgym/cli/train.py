@@ -159,7 +159,7 @@ def _check_run(cfg: Any, *, model_given: bool) -> None:
             f"no --model given, and the default {cfg.model} does not exist; build it with "
             f"`forkgym model init --out {cfg.model}` (or pass --model DIR or a hub name)"
         )
-    if cfg.backend in ("transformers", "hf") and (problem := missing_local_model(cfg.model)):
+    if problem := missing_local_model(cfg.model):  # the trainer loads it, whatever generates
         raise typer.BadParameter(problem, param_hint="--model")
     check_env(cfg.env, dict(cfg.env_kwargs))
     if cfg.tensorboard:

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from forkgym.agents.bench.runner import EVAL_SEED  # one held-out stream for bench and experiments
+from forkgym.agents.bench.held_out import EVAL_SEED  # one held-out stream for bench and experiments
 
 __all__ = [
     "ARITHMETIC",
@@ -78,7 +78,7 @@ def held_out(
 ) -> float:
     """Greedy accuracy on the :data:`EVAL_EPISODES` held-out tasks every experiment shares
     (the held-out evaluation of ``forkgym bench``, at this fixed size)."""
-    from forkgym.agents.bench.runner import held_out_accuracy
+    from forkgym.agents.bench.held_out import held_out_accuracy
 
     result = held_out_accuracy(model, tokenizer, env_id, env_kwargs, max_new_tokens, EVAL_EPISODES)
     return result["eval_accuracy"]

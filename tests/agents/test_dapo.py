@@ -1,4 +1,4 @@
-"""Dynamic sampling, generation accounting and DAPO overlong handling (S4, S10, S16)."""
+"""DAPO's parts: dynamic sampling's filter, overlong punishment and filtering (S10, S16)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forkgym.agents.estimators import get_estimator
-from forkgym.agents.reductions import build_normaliser
-from forkgym.agents.sampling import (
-    GenerationLedger,
+from forkgym.agents.dapo import (
     apply_overlong_penalty,
     filter_groups,
     groups_with_signal,
     mask_truncated,
     overlong_penalty,
 )
+from forkgym.agents.estimators import get_estimator
+from forkgym.agents.ledger import GenerationLedger
+from forkgym.agents.reductions import build_normaliser
 
 from .strategies import grids
 
@@ -35,34 +35,6 @@ def test_signal_filter_keeps_exactly_the_groups_with_non_constant_valid_rewards(
     assert torch.count_nonzero(adv[~keep]) == 0  # what is dropped had no signal anyway
 
 
-def test_ledger_reports_the_true_generation_cost():
-    ledger = GenerationLedger()
-    rewards1 = torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
-    lengths1 = torch.tensor([[10, 20], [30, 40], [50, 60]])
-    keep1 = filter_groups(rewards1, None, lengths1, ledger, greedy_lengths=torch.tensor([5, 5, 5]))
-    assert keep1.tolist() == [False, True, False]
-    rewards2 = torch.tensor([[0.0, 1.0], [1.0, math.nan]])
-    valid2 = ~torch.isnan(rewards2)
-    lengths2 = torch.tensor([[7, 8], [9, 11]])
-    keep2 = filter_groups(rewards2, valid2, lengths2, ledger)
-    assert keep2.tolist() == [True, False]
-    r = ledger.report()
-    assert r["gen/rounds"] == 2
-    assert r["gen/prompts_sampled"] == 5 and r["gen/prompts_accepted"] == 2
-    assert r["gen/prompts_discarded"] == 3
-    assert r["gen/tokens_sampled"] == 210 + 35
-    assert r["gen/tokens_accepted"] == 70 + 15
-    assert r["gen/tokens_discarded"] == 245 - 85
-    assert r["gen/greedy_tokens"] == 15 and r["gen/tokens_generated"] == 260
-    assert r["gen/responses_infra_failed"] == 1
-    assert r["gen/token_accept_rate_of_sampled"] == pytest.approx(85 / 245)
-    assert r["gen/generated_per_accepted_token"] == pytest.approx(260 / 85)
-    assert all(isinstance(v, float) for v in r.values())
-
-    total = ledger + ledger
-    assert total.tokens_sampled == 2 * ledger.tokens_sampled and total.rounds == 4
-
-
 def test_groups_beyond_the_room_left_are_discarded_not_accepted():
     ledger = GenerationLedger()
     rewards = torch.tensor([[0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
@@ -71,14 +43,6 @@ def test_groups_beyond_the_room_left_are_discarded_not_accepted():
     assert keep.tolist() == [True, False, True, False]  # the first two with signal
     assert ledger.prompts_accepted == 2 and ledger.tokens_accepted == 3 + 11
     assert filter_groups(rewards, None, lengths, room=0).tolist() == [False] * 4
-
-
-def test_ledger_validates():
-    with pytest.raises(ValueError):
-        GenerationLedger().record(torch.ones(3, 2), torch.ones(2, dtype=torch.bool))
-    with pytest.raises(ValueError, match=">= 0"):
-        GenerationLedger().record(-torch.ones(1, 2), torch.ones(1, dtype=torch.bool))
-    assert GenerationLedger().report()["gen/generated_per_accepted_token"] == math.inf
 
 
 @settings(max_examples=100, deadline=None)

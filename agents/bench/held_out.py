@@ -1,0 +1,52 @@
+"""Held-out accuracy of a benchmark's models: greedy pass@1 on the eval stream's tasks, the
+same for every method and seed (and for the experiments, through ``forkgym.recipes``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .presets import Regime
+
+__all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out"]
+
+EVAL_SEED = 10_000  # held-out tasks: the eval stream, shared by every method and seed
+
+
+def held_out_accuracy(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    max_new_tokens: int,
+    episodes: int,
+) -> dict[str, float]:
+    """Greedy pass@1 on ``episodes`` held-out tasks of the eval stream (:data:`EVAL_SEED`),
+    with the seconds it took; the model is evaluated in eval mode and handed back as it was."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    from ..evaluate import evaluate
+    from ..hf_policy import HFPolicy
+
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    out = evaluate(
+        HFPolicy(model, tokenizer, seed=0),
+        tokenizer,
+        lambda: gym.make(env_id, **env_kwargs),
+        episodes=episodes,
+        seed=EVAL_SEED,
+        max_new_tokens=max_new_tokens,
+    )
+    model.train(was_training)
+    return {**out, "time/eval": time.perf_counter() - t0}
+
+
+def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:
+    """:func:`held_out_accuracy` on a regime's task."""
+    return held_out_accuracy(
+        model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes
+    )

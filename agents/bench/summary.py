@@ -1,0 +1,48 @@
+"""What one benchmark run's metrics say (:class:`RunSummary`), read by the report and the
+plots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RunSummary"]
+
+
+@dataclass
+class RunSummary:
+    """What one run's metrics say, at the budget's marks and at its end."""
+
+    method: str
+    seed: int
+    kind: str
+    budget: int
+    start: float
+    at: dict[float, float]  # fraction of the budget -> held-out accuracy there
+    curve: list[tuple[float, float, float]]  # (tokens, training seconds, accuracy), start first
+    tokens_generated: int
+    last_step_tokens: int
+    tokens_trained: int
+    tokens_sampled: int
+    tokens_accepted: int
+    greedy_tokens: int
+    steps: int
+    train_s: float
+    eval_s: float
+    s_per_step: float
+    groups: dict[str, float]
+    infra_failures: int
+    lengths: list[tuple[float, float]]  # (tokens, mean response length) per step
+    critic: dict[str, float] = field(default_factory=dict)
+    strata: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # mean seconds per step, by phase
+
+    @property
+    def final(self) -> float:
+        return self.curve[-1][2]
+
+    @property
+    def within_budget(self) -> bool:
+        """Generated at least the budget and stopped at the step that reached it."""
+        if self.kind == "sft":
+            return self.tokens_generated == 0
+        return self.tokens_generated >= self.budget and self.tokens_generated - self.last_step_tokens < self.budget  # fmt: skip
