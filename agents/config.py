@@ -297,6 +297,14 @@ class TrainConfig:
     eval_at_start: bool = field(
         default=True, metadata=_eval("evaluate the starting policy (step 0) too")
     )
+    held_out: bool = field(
+        default=True,
+        metadata=_eval(
+            "train on the train side of the env's content partition and evaluate on its eval "
+            "side (`task_split`), so no evaluated problem is ever a training prompt; false: "
+            "both draw from every task"
+        ),
+    )
     eval_episodes: int = field(default=128, metadata=_eval("held-out tasks per evaluation"))
     eval_k: int = field(
         default=4, metadata=_eval("sampled pass@k on the held-out tasks (0: greedy pass@1 only)")
@@ -462,6 +470,12 @@ class TrainConfig:
                 "must be >= 1 (or null: no token budget)",
             ),
             ("eval_episodes", self.eval_episodes >= 1, "must be >= 1"),
+            (
+                "env_kwargs",
+                not (self.held_out and "task_split" in self.env_kwargs),
+                "sets task_split, which held_out=true sets itself (train side for training, "
+                "eval side for evaluation); leave it out or set held_out=false",
+            ),
             ("eval_k", self.eval_k >= 0, "must be >= 0 (0: greedy pass@1 only)"),
             ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),
         ):

@@ -30,6 +30,7 @@ import gymnasium as gym
 import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
+from forkgym.envs.base import on_side
 
 from .backends import BACKENDS, build_policy
 from .batch import RolloutBatch
@@ -136,11 +137,15 @@ class Generation:
         """The producer of batches generated ahead (asynchronous generation, while it runs)."""
         return None
 
-    def make_env(self) -> Any:
-        kwargs = dict(self.config.env_kwargs)
+    def make_env(self, side: str = "train") -> Any:
+        """The run's env drawing ``side``'s problems (every problem without ``held_out``)."""
+        kwargs = on_side(self.config.env_kwargs, side if self.config.held_out else None)
         if self.verifier is not None:
             kwargs["verifier"] = self.verifier
         return gym.make(self.config.env, **kwargs)
+
+    def make_eval_env(self) -> Any:
+        return self.make_env("eval")
 
     def open_episode_log(self, run_dir: Path, resume_step: int | None) -> None:
         """Write ``episodes.jsonl`` from now on, if the run does (rank 0 alone)."""
@@ -192,7 +197,7 @@ class Generation:
             out = evaluate(
                 self.policy,
                 self.tokenizer,
-                self.make_env,
+                self.make_eval_env,
                 episodes=config.eval_episodes,
                 seed=config.eval_seed,
                 k=config.eval_k,

@@ -20,6 +20,7 @@ import gymnasium as gym
 import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
+from forkgym.envs.base import on_side
 
 from .padding import pad_sequences, padding_mask
 from .rollout import ChatTokens
@@ -71,8 +72,13 @@ def sft(
     log: Callable[[dict[str, float]], None] | None = None,
     until: Callable[[Any, Any, int], bool] | None = None,
     check_every: int = 25,
+    held_out: bool = True,
 ) -> dict[str, float]:
     """Train ``model_dir`` on gold demonstrations of ``env_id`` for ``tokens`` assistant tokens.
+
+    ``held_out`` (default): demonstrations only of problems on the train side of the env's
+    content partition, so a model evaluated on the eval side (as ``forkgym train`` and
+    ``forkgym eval`` do by default) was never shown an evaluated problem's answer.
 
     ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
     training early (e.g. once held-out accuracy reaches a warm-start target).
@@ -84,7 +90,7 @@ def sft(
     model, tokenizer = load_policy_model(model_dir, device=device)
     model.train()
     chat = ChatTokens(tokenizer)
-    env = gym.make(env_id, **(env_kwargs or {}))
+    env = gym.make(env_id, **on_side(env_kwargs or {}, "train" if held_out else None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99))
     trained = 0
     step = 0

@@ -39,10 +39,25 @@ from .grading import Verifier, default_verifier
 from .spaces import DEFAULT_MAX_CHARS, UnicodeText, chat_observation_space
 from .task import Task
 
-__all__ = ["SPLITS", "TextEnv", "Turn", "content_split", "derived_pcg64_state"]
+__all__ = ["SPLITS", "TextEnv", "Turn", "content_split", "derived_pcg64_state", "on_side"]
 
 SPLITS = ("train", "eval")
 MAX_SPLIT_DRAWS = 10_000  # task ids drawn at most for one reset into a split
+
+
+def on_side(env_kwargs: Mapping[str, Any], side: str | None) -> dict[str, Any]:
+    """``env_kwargs`` drawing only ``side``'s problems (None: as they are). A ``task_split``
+    already there must agree."""
+    kwargs = dict(env_kwargs)
+    if side is None:
+        return kwargs
+    given = kwargs.get("task_split")
+    if given is not None and given != side:
+        raise ValueError(
+            f"env_kwargs.task_split={given!r} where the {side} side is drawn; leave task_split "
+            "out (held_out=true splits train and eval by content) or set held_out=false"
+        )
+    return {**kwargs, "task_split": side}
 
 
 def content_split(content: str, eval_fraction: float) -> str:

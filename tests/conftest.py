@@ -72,6 +72,7 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir):
         out=out,
         batch_size=16,
         env_kwargs=WARM_ENV_KWARGS,
+        held_out=False,  # the model the golden runs were recorded from (every problem)
     )
     return out
 

@@ -20,12 +20,18 @@ def held_out_accuracy(
     env_kwargs: dict[str, Any],
     max_new_tokens: int,
     episodes: int,
+    held_out: bool = True,
 ) -> dict[str, float]:
     """Greedy pass@1 on ``episodes`` held-out tasks of the eval stream (:data:`EVAL_SEED`),
-    with the seconds it took; the model is evaluated in eval mode and handed back as it was."""
+    drawn from the eval side of the env's content partition (``held_out``; training and SFT
+    draw from its train side), with the seconds it took; the model is evaluated in eval mode
+    and handed back as it was."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.envs.base import on_side
+
+    env_kwargs = on_side(env_kwargs, "eval" if held_out else None)
 
     from ..evaluate import evaluate
     from ..hf_policy import HFPolicy

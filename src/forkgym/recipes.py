@@ -296,10 +296,11 @@ def trl_env_rows(
     template as forkgym does. Step ``s`` of a ``GRPOTrainer`` with ``prompts`` prompts per step
     and ``shuffle_dataset=False`` gets the same tasks as forkgym's step ``s``."""
     from forkgym.agents.seeds import task_seeds
+    from forkgym.envs.base import on_side
     from forkgym.integrations.trl import env_rows
 
     seeds = [s for step in range(steps) for s in task_seeds(seed, "train", step, prompts)]
-    return env_rows(env_id, seeds, **env_kwargs)
+    return env_rows(env_id, seeds, **on_side(env_kwargs, "train"))  # the trainer's side
 
 
 def trl_env_reward(
@@ -312,8 +313,9 @@ def trl_env_reward(
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.envs.base import on_side
 
-    grader = gym.make(env_id, **env_kwargs)
+    grader = gym.make(env_id, **on_side(env_kwargs, "train"))
 
     def env_reward(
         completions: list, task_seed: list[int], completion_ids: list | None = None, **_: object

@@ -51,6 +51,14 @@ def sft(
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-3,
     batch_size: Annotated[int, typer.Option(min=1, help="Demonstrations per step.")] = 32,
     kwarg: KwargOption = None,
+    held_out: Annotated[
+        bool,
+        typer.Option(
+            "--held-out/--all-tasks",
+            help="Demonstrate only problems of the train side of the content partition (what "
+            "train and eval hold out), or every problem.",
+        ),
+    ] = True,
 ) -> None:
     """Supervised warm start on the environment's gold demonstrations."""
     from forkgym.agents.sft import sft as run_sft
@@ -64,6 +72,7 @@ def sft(
         lr=lr,
         batch_size=batch_size,
         env_kwargs=parse_kwargs(kwarg),
+        held_out=held_out,
     )
     typer.echo(json.dumps({"out": str(out), **result}))
 
@@ -282,6 +291,15 @@ def evaluate(
         bool,
         typer.Option("--progress/--no-progress", help="Show a progress bar (on stderr)."),
     ] = True,
+    held_out: Annotated[
+        bool | None,
+        typer.Option(
+            "--held-out/--all-tasks",
+            help="Evaluate on the eval side of the content partition (problems no training "
+            "prompt or demonstration had), or on every problem. Default: held out, or as the "
+            "--run was.",
+        ),
+    ] = None,
 ) -> None:
     """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON.
 
@@ -291,6 +309,7 @@ def evaluate(
     import forkgym.envs  # noqa: F401
     from forkgym.agents.backends import BACKENDS, missing_requirement
     from forkgym.agents.evaluate import evaluate as run_eval
+    from forkgym.envs.base import on_side
 
     if backend not in BACKENDS:
         raise typer.BadParameter(
@@ -310,7 +329,12 @@ def evaluate(
     seed = seed if seed is not None else settings["seed"]
     pass_k = pass_k if pass_k is not None else settings["pass_k"]
     max_new_tokens = max_new_tokens if max_new_tokens is not None else settings["max_new_tokens"]
+    held = held_out if held_out is not None else settings.get("held_out", True)
     kwargs = {**settings.get("env_kwargs", {}), **parse_kwargs(kwarg)}
+    try:
+        kwargs = on_side(kwargs, "eval" if held else None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="-k task_split") from None
     check_env(env, kwargs)
     try:
         net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
@@ -423,6 +447,7 @@ def _run_settings(run: Path, *, model_given: bool) -> dict[str, Any]:
         "episodes": get("eval_episodes"),
         "seed": get("eval_seed"),
         "pass_k": get("eval_k"),
+        "held_out": saved.get("held_out", False),  # runs from before the partition: all tasks
     }
     if not model_given:
         checkpoints = Checkpoints(run).all()
