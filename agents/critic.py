@@ -124,18 +124,20 @@ def clipped_value_loss(
     return loss, metrics
 
 
-def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float:
+def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float | None:
     """``1 - Var(returns - values) / Var(returns)`` over matching 1-D tensors.
 
-    Constant returns leave it undefined; then it is 1.0 when the values match them exactly and
-    0.0 otherwise (the convention of scikit-learn's ``explained_variance_score``), never NaN.
+    None where it is undefined: fewer than two returns, or returns without variance (an
+    untrained policy whose rewards are all 0). Logged as null there, it enters no mean: a
+    convention such as scikit-learn's 1.0 for a perfect fit would report a critic that learned
+    nothing as a perfect one.
     """
     if returns.numel() < 2:
-        return 0.0
+        return None
     total = returns.var(unbiased=False)
-    residual = (returns - values).var(unbiased=False)
     if total == 0:
-        return 1.0 if residual == 0 else 0.0
+        return None
+    residual = (returns - values).var(unbiased=False)
     return float(1.0 - residual / total)
 
 

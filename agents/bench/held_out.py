@@ -8,7 +8,7 @@ from typing import Any
 
 from .presets import Regime
 
-__all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out"]
+__all__ = ["EVAL_SEED", "held_out_accuracy", "overlap", "regime_held_out"]
 
 EVAL_SEED = 10_000  # held-out tasks: the eval stream, shared by every method and seed
 
@@ -56,3 +56,29 @@ def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int) -
     return held_out_accuracy(
         model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes
     )
+
+
+def overlap(regime: Regime, episodes: int, train_draws: int = 10_000) -> dict[str, int]:
+    """How many of the ``episodes`` held-out problems (the eval stream on the eval side, as
+    every evaluation of the regime draws them) are among ``train_draws`` problems the train
+    side gives, the side every training prompt and demonstration comes from: 0 when the
+    partition holds."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.envs.base import on_side
+
+    from ..seeds import task_seeds
+
+    def keys(side: str, seeds: list[int]) -> set[str]:
+        env = gym.make(regime.env, **on_side(regime.env_kwargs, side)).unwrapped
+        out = set()
+        for seed in seeds:
+            env.reset(seed=seed)
+            out.add(env.content_key(env.task))
+        env.close()
+        return out
+
+    held = keys("eval", task_seeds(EVAL_SEED, "eval", 0, episodes))
+    trained = keys("train", list(range(train_draws)))
+    return {"eval_tasks": len(held), "train_tasks": len(trained), "overlap": len(held & trained)}

@@ -146,3 +146,14 @@ def test_the_hybrid_on_degenerate_groups():
     torch.testing.assert_close(out[3], tok[3])  # alone in its group: no baseline
     assert torch.count_nonzero(out[4:]) == 0  # invalid members
     assert stats["groups_under_filled"] == 1
+
+
+def test_explained_variance_is_undefined_without_variance_in_the_returns():
+    from forkgym.agents.critic import explained_variance
+
+    flat = torch.zeros(6, dtype=torch.float64)
+    assert explained_variance(flat, flat) is None  # not 1.0: nothing was explained
+    assert explained_variance(torch.ones(1), torch.ones(1)) is None
+    returns = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(returns, torch.full((4,), 0.5, dtype=torch.float64)) == 0.0
