@@ -173,7 +173,11 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
         tokens=regime.budget_tokens,
         out=folder / "model",
         seed=1_000 + seed,
-        batch_size=regime.warm_batch_size,
+        # matched to the RL methods: their learning rate, no warm-up, and as many responses a
+        # step as an RL step trains on (K x prompts)
+        lr=regime.lr,
+        warmup_steps=0,
+        batch_size=regime.k * regime.prompts_per_step,
         env_kwargs=regime.env_kwargs,
         until=until,
         check_every=1,
