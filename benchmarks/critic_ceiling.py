@@ -13,14 +13,20 @@ squared error on average; its unbiased estimate ``p(1 - p) / (m - 1)`` per prefi
 subtracted (the rows marked uncorrected keep it).
 
 It also prints what two partial critics reach: one that knows each prompt's true success rate
-and nothing else (the value at the response's first token, held for the whole response), and
-the group mean a K-sample baseline sees (the mean reward of the response's own group).
+and nothing else (the value at the response's first token, held for the whole response: a
+perfect group baseline), and RLOO's baseline (the mean reward of the response's K - 1 group
+mates; the self-including group mean would be R's rescaled residual, not a baseline).
+
+Every figure comes with a 95% bootstrap interval over prompts (``--bootstrap`` resamples of
+the batch's prompts with their responses), and ``--batches N`` repeats the whole estimate on N
+batches of fresh prompts: one batch of 8 prompts is a small sample of the task.
 
 Single-turn environments only (a prefix is continued by one generation). The policy is
 ``--model`` or, without it, the bench's quick warm start rebuilt here: the default tiny
 model after ``--sft-tokens`` of SFT on 2-digit sums with worked answers.
 
-Run: ``python benchmarks/critic_ceiling.py [--model DIR] [--prompts 8] [--k 8] [--m 16]``.
+Run: ``python benchmarks/critic_ceiling.py [--model DIR] [--prompts 8] [--k 8] [--m 16]
+[--batches 1] [--bootstrap 1000]``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,6 @@ import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
 from forkgym.agents.batch import RolloutBatch
-from forkgym.agents.critic import explained_variance
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.policy import GenerationRequest, SamplingParams
@@ -68,6 +73,8 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--m", type=int, default=16, help="continuations per prefix")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batches", type=int, default=1, help="batches of fresh prompts")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="resamples of prompts")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
@@ -80,19 +87,31 @@ def main() -> int:
         model, tokenizer = load_policy_model(model_dir)
     model.eval()
     policy = HFPolicy(model, tokenizer, seed=args.seed)
+    print(
+        f"critic_ceiling  {ENV} (2-digit sums, worked answers), {args.prompts} prompts x K={args.k}, "
+        f"{args.m} continuations per prefix, {args.batches} batch(es), torch threads={torch.get_num_threads()}"
+    )
+    print(f"policy: {args.model or f'tiny model after {args.sft_tokens:,} SFT tokens'}")
+    for b in range(args.batches):
+        measure_batch(args, policy, tokenizer, b, t0)
+    return 0
+
+
+def measure_batch(args: argparse.Namespace, policy: HFPolicy, tokenizer, b: int, t0: float) -> None:  # fmt: skip
+    """One batch of fresh prompts (the train stream's step ``b``): every figure with its
+    bootstrap interval over the batch's prompts."""
     stops = stop_token_ids(tokenizer)
     runner = Rollouts(lambda: gym.make(ENV, **ENV_KWARGS), policy, tokenizer, k=args.k,
                       max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, seed=args.seed)  # fmt: skip
-    batch: RolloutBatch = runner.collect(task_seeds(args.seed, "train", 0, args.prompts))
+    batch: RolloutBatch = runner.collect(task_seeds(args.seed, "train", b, args.prompts))
     env = gym.make(ENV, **ENV_KWARGS)
 
-    rewards, true_v, noise, prompt_v, prompt_noise, group_v = [], [], [], [], [], []
-    group_mean = batch.rewards.nanmean(1)
+    rows: dict[str, list[float]] = {k: [] for k in ("r", "v", "noise", "pv", "pnoise", "loo", "prompt")}  # fmt: skip
     requests_made = 0
     for g, group in enumerate(batch.groups):
-        for ep in group.sampled:
-            if not ep.valid:
-                continue
+        valid = [ep for ep in group.sampled if ep.valid]
+        total = sum(ep.reward for ep in valid)
+        for ep in valid:
             actions = ep.token_ids[ep.prompt_len :]
             reqs = [  # the state before action token j, continued m times
                 GenerationRequest(
@@ -101,7 +120,7 @@ def main() -> int:
                         max_new_tokens=MAX_NEW_TOKENS - j,
                         temperature=1.0,
                         stop_token_ids=stops,
-                        seed=request_seed(args.seed, "ceiling", g, ep.branch, j, c),
+                        seed=request_seed(args.seed, "ceiling", b, g, ep.branch, j, c),
                     ),
                 )
                 for j in range(len(actions))
@@ -109,6 +128,8 @@ def main() -> int:
             ]
             requests_made += len(reqs)
             outs = policy.generate(reqs)
+            loo = (total - ep.reward) / (len(valid) - 1) if len(valid) > 1 else float("nan")
+            first = len(rows["v"])
             for j in range(len(actions)):
                 scores = [
                     grade(env, tokenizer, ep.task_id, actions[:j] + list(o.token_ids), stops,
@@ -117,53 +138,53 @@ def main() -> int:
                 ]  # fmt: skip
                 p = sum(scores) / len(scores)
                 var = sum((s - p) ** 2 for s in scores) / (len(scores) - 1)
-                rewards.append(ep.reward)
-                true_v.append(p)
-                noise.append(var / len(scores))
-                prompt_v.append(true_v[len(true_v) - 1 - j])  # the value before the first token
-                prompt_noise.append(noise[len(noise) - 1 - j])
-                group_v.append(float(group_mean[g]))
+                rows["r"].append(ep.reward)
+                rows["v"].append(p)
+                rows["noise"].append(var / len(scores))
+                rows["pv"].append(rows["v"][first])  # the value before the first token
+                rows["pnoise"].append(rows["noise"][first])
+                rows["loo"].append(loo)
+                rows["prompt"].append(g)
+    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in rows.items()}
 
-    r = torch.tensor(rewards, dtype=torch.float64)
-    var_r = float(r.var(unbiased=False))
-    if var_r == 0:
-        print("every sampled response got the same reward: no variance to explain")
-        return 1
-
-    def corrected(values: list[float], noises: list[float]) -> float:
-        """Explained variance of the exact values the estimates stand for: the estimates'
-        sampling noise, p(1 - p) / m on average, taken out of the squared error."""
-        v = torch.tensor(values, dtype=torch.float64)
-        residual = float(((r - v) ** 2).mean()) - float(torch.tensor(noises).mean())
+    def ev(index: torch.Tensor, value: str, noise: str | None) -> float:
+        """Explained variance of ``value`` over the rows ``index``; with ``noise``, of the
+        exact values the estimates stand for (their sampling noise, p(1 - p) / m on average,
+        taken out of the squared error)."""
+        r, v = t["r"][index], t[value][index]
+        var_r = float(r.var(unbiased=False))
+        if var_r == 0:
+            return float("nan")
+        residual = float(((r - v) ** 2).mean())
+        if noise is not None:
+            residual -= float(t[noise][index].mean())
         return 1 - residual / var_r
 
-    print(
-        f"critic_ceiling  {ENV} (2-digit sums, worked answers), {args.prompts} prompts x K={args.k}, "
-        f"{args.m} continuations per prefix, {requests_made:,} continuations, "
-        f"{time.perf_counter() - t0:.0f} s, torch threads={torch.get_num_threads()}"
+    figures = (
+        ("the true value P(correct | prefix)", "v", "noise"),
+        ("  the same, uncorrected (m continuations' mean)", "v", None),
+        ("each prompt's true success rate (a perfect group baseline)", "pv", "pnoise"),
+        ("RLOO's baseline: the mean of the K - 1 group mates", "loo", None),
     )
-    print(f"policy: {args.model or f'tiny model after {args.sft_tokens:,} SFT tokens'}")
-    print(f"responses {int(batch.valid.sum())}, accuracy {float(batch.correct.float().mean()):.3f}, "
-          f"action tokens {len(rewards):,}, Var(R) over tokens {var_r:.4f}")  # fmt: skip
-    print(f"{'value':58} {'explained variance':>18}")
-    rows = (
-        ("the true value P(correct | prefix)", corrected(true_v, noise)),
-        (
-            "  the same, uncorrected (m continuations' mean)",
-            explained_variance(r, torch.tensor(true_v, dtype=torch.float64)),
-        ),
-        (
-            "each prompt's true success rate, held for the response",
-            corrected(prompt_v, prompt_noise),
-        ),
-        (
-            "the response's group mean (what K samples give for free)",
-            explained_variance(r, torch.tensor(group_v, dtype=torch.float64)),
-        ),
-    )
-    for name, value in rows:
-        print(f"{name:58} {value:>18.3f}")
-    return 0
+    everything = torch.arange(len(rows["r"]))
+    prompts = t["prompt"].long()
+    by_prompt = [everything[prompts == g] for g in range(int(prompts.max()) + 1)]
+    gen = torch.Generator().manual_seed(args.seed + b)
+    resamples = [
+        torch.cat(
+            [by_prompt[i] for i in torch.randint(len(by_prompt), (len(by_prompt),), generator=gen)]
+        )
+        for _ in range(args.bootstrap)
+    ]
+    print(f"batch {b}: responses {int(batch.valid.sum())}, accuracy {float(batch.correct.float().mean()):.3f}, "
+          f"action tokens {len(rows['r']):,}, Var(R) over tokens {float(t['r'].var(unbiased=False)):.4f}, "
+          f"{requests_made:,} continuations, {time.perf_counter() - t0:.0f} s so far")  # fmt: skip
+    print(f"{'value':62} {'explained variance':>18} {'95% over prompts':>20}")
+    for name, value, noise in figures:
+        point = ev(everything, value, noise)
+        boot = sorted(x for x in (ev(i, value, noise) for i in resamples) if x == x)
+        lo, hi = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (float("nan"),) * 2  # fmt: skip
+        print(f"{name:62} {point:>18.3f} {f'[{lo:.3f}, {hi:.3f}]':>20}")
 
 
 if __name__ == "__main__":
