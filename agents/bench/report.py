@@ -222,7 +222,8 @@ def write_report(
         "",
         f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {_machine()}.",
         f"Command: `{command}`. Held-out accuracy is greedy "
-        f"pass@1 on {preset.eval_episodes} tasks no training step draws; intervals are 95% "
+        f"pass@1 on {preset.eval_episodes} tasks held out by content (the eval side of the env's partition; "
+        "every training prompt and demonstration is on its train side); intervals are 95% "
         "Student-t intervals of the mean over seeds. Every method of a regime starts from the same "
         "warm start and spends the same budget of generated tokens (every token: greedy branches, "
         "discarded groups, a critic's warm-up, rejected samples); SFT generates none and trains on "
