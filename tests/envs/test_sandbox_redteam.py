@@ -1132,9 +1132,21 @@ def _as_user(isolation: str, calls: list[str], workdir: Path) -> dict:
         pytest.skip(f"uid {SPARE_UID} belongs to an account here")
     except KeyError:
         pass
-    script = AS_USER.format(site=sysconfig.get_path("purelib"), isolation=isolation, calls=calls)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir)}
     become = ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups"]
+    site = sysconfig.get_path("purelib")
+    reach = subprocess.run(
+        [*become, debian, "-c", f"import site; site.addsitedir({site!r}); import gymnasium, forkgym.envs"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+        timeout=60,
+    )
+    if reach.returncode != 0:  # e.g. a virtual environment inside a private (0700) temp dir
+        last = (reach.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"uid {SPARE_UID} cannot import the packages at {site} ({last}): make their parent directories o+rx")
+    script = AS_USER.format(site=site, isolation=isolation, calls=calls)
     done = subprocess.run(
         [*become, debian, "-c", script],
         capture_output=True,
