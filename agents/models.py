@@ -72,6 +72,21 @@ HEAD_DIM = 32
 MAX_POSITIONS = 2048
 DEFAULT_CORPUS_SEEDS = 32
 
+# Qwen2.5-0.5B's published configuration (its config.json): the benchmarks build a model of
+# this shape with random weights, without the hub
+QWEN_05B_CONFIG: dict[str, Any] = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151_936,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 32_768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+}
+
 
 def model_config(
     size: str = "tiny", vocab_size: int = 1024, eos_token_ids: list[int] | None = None

@@ -61,24 +61,12 @@ from forkgym.agents.episode import Episode, Group
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.learner import Learner
 from forkgym.agents.logprobs import token_logprobs
-from forkgym.agents.models import model_config
+from forkgym.agents.models import QWEN_05B_CONFIG, model_config
 from forkgym.agents.policy import GenerationRequest, SamplingParams
 from forkgym.agents.prefix_sharing import plan_prefixes, shared_prefix_logprobs
 from forkgym.verifiers import Outcome
 
-# Qwen2.5-0.5B's published configuration (its config.json), without the hub
-QWEN_05B = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "vocab_size": 151_936,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 32_768,
-    "rope_theta": 1_000_000.0,
-    "rms_norm_eps": 1e-6,
-}
+QWEN_05B = QWEN_05B_CONFIG
 # the same architecture at toy size, for --dry
 QWEN_TOY = {
     **QWEN_05B,

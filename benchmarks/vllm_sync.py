@@ -32,20 +32,11 @@ from pathlib import Path
 
 import torch
 
-from forkgym.agents.models import init_model, load_policy_model
+from forkgym.agents.models import QWEN_05B_CONFIG, init_model, load_policy_model
 from forkgym.agents.policy import GenerationRequest, SamplingParams
 
 # a Qwen2.5-0.5B-shaped Llama (0.5B parameters), built from its config: nothing downloaded
-QWEN_05B_SHAPE = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "vocab_size": 151_936,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 2048,
-}
+QWEN_05B_SHAPE = {**QWEN_05B_CONFIG, "max_position_embeddings": 2048}
 
 
 def build(size: str, root: Path) -> Path:

@@ -1136,7 +1136,12 @@ def _as_user(isolation: str, calls: list[str], workdir: Path) -> dict:
     become = ["setpriv", f"--reuid={SPARE_UID}", f"--regid={SPARE_UID}", "--clear-groups"]
     site = sysconfig.get_path("purelib")
     reach = subprocess.run(
-        [*become, debian, "-c", f"import site; site.addsitedir({site!r}); import gymnasium, forkgym.envs"],
+        [
+            *become,
+            debian,
+            "-c",
+            f"import site; site.addsitedir({site!r}); import gymnasium, forkgym.envs",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -1145,7 +1150,9 @@ def _as_user(isolation: str, calls: list[str], workdir: Path) -> dict:
     )
     if reach.returncode != 0:  # e.g. a virtual environment inside a private (0700) temp dir
         last = (reach.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"uid {SPARE_UID} cannot import the packages at {site} ({last}): make their parent directories o+rx")
+        pytest.skip(
+            f"uid {SPARE_UID} cannot import the packages at {site} ({last}): make their parent directories o+rx"
+        )
     script = AS_USER.format(site=site, isolation=isolation, calls=calls)
     done = subprocess.run(
         [*become, debian, "-c", script],
