@@ -10,7 +10,9 @@ module when called. After every optimizer step the trainer calls
 ``share_model=True`` (the default) generates with the training module itself;
 ``share_model=False`` with a separate copy that ``sync_weights`` overwrites, the shape a
 separate engine has. ``noise_device="model"`` draws the sampling noise on the model's device
-(a GPU's own random stream) instead of the CPU.
+(a GPU's own random stream) instead of the CPU. ``kv_cache="dynamic"`` decodes on
+transformers' own growing KV cache instead of one allocated once per batch (the same
+numbers; it exists to measure the difference).
 
 ``vllm`` (:class:`~forkgym.agents.vllm_policy.VLLMPolicy`): an in-process vLLM engine started
 from the directory the model came from (``model_path`` to override); its options are the
@@ -79,6 +81,7 @@ def _transformers(
     max_batch: int = 128,
     share_prefill: bool = True,
     noise_device: str = "cpu",
+    kv_cache: str = "preallocated",
 ) -> Policy:
     from .hf_policy import HFPolicy
 
@@ -88,7 +91,7 @@ def _transformers(
         model = copy.deepcopy(model)
     return HFPolicy(
         model, tokenizer, device=device, seed=seed, max_batch=max_batch,
-        share_prefill=share_prefill, noise_device=noise_device,
+        share_prefill=share_prefill, noise_device=noise_device, kv_cache=kv_cache,
     )  # fmt: skip
 
 

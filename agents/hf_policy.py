@@ -7,12 +7,18 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
   from each row's first real token (so padding changes nothing but float rounding);
 * one prefill forward of each distinct prompt (logits of the last position only; a group's
   K requests share one, and its KV cache is indexed out to their rows), then one forward per
-  new token on the growing KV cache (a transformers ``DynamicCache``, passed as ``cache=``,
-  the 5.x name; ``past_key_values=`` for models whose ``forward`` predates it);
+  new token on the KV cache (``cache=``, the transformers 5.x name; ``past_key_values=`` for
+  models whose ``forward`` predates it). By default (``kv_cache="preallocated"``) it is a
+  ``DynamicCache`` whose full-attention layers hold the batch's whole length in buffers
+  allocated once (:mod:`forkgym.agents.kv_cache`: the same numbers, without copying the cache
+  at every token); ``kv_cache="dynamic"`` keeps transformers' own, which grows by
+  concatenation;
 * rows that finish (a stop token, or their own ``max_new_tokens``) leave the batch and the KV
-  cache at once (``Cache.batch_select_indices``), so short answers stop costing compute;
-* sampling is vectorised over rows: log-softmax of ``logits / T`` per row, the top-p nucleus
-  from one sort, and Gumbel-max with per-row noise.
+  cache at once (``Cache.batch_select_indices``), so short answers stop costing compute; the
+  live rows' settings are compacted then, so a step indexes nothing;
+* sampling is vectorised over rows: log-softmax of ``logits / T`` per row (no division when
+  every ``T`` is 1), the top-p nucleus from one sort (only when some row has top-p < 1), and
+  Gumbel-max with per-row noise, whose ``-log(-log(u))`` is taken once per block of tokens.
 
 **Determinism.** Each sampled row draws its Gumbel noise from its own ``torch.Generator``
 (on the CPU by default, so the same noise on any device; ``noise_device="model"`` draws it
@@ -43,6 +49,7 @@ from typing import Any
 
 import torch
 
+from .kv_cache import preallocated_cache
 from .logprobs import position_ids_from_mask, token_logprobs
 from .padding import pad_sequences, padding_mask
 from .policy import Generation, GenerationRequest, check_scoring, request_seeds
@@ -66,7 +73,8 @@ class HFPolicy:
     ``max_logit_elements`` (2**26 floats, 256 MB: 65,536 tokens of a 1,024-token vocabulary,
     441 of Qwen's 151,936). ``seed`` seeds the stream that gives unseeded sampled requests
     their seeds. ``share_prefill=False`` prefills every request's prompt on its own (the
-    tokens are the same; it exists to measure what sharing saves).
+    tokens are the same; it exists to measure what sharing saves). ``kv_cache``: ``"preallocated"``
+    (the default) or ``"dynamic"`` (transformers' growing cache; the same tokens, slower).
     """
 
     def __init__(
@@ -79,9 +87,13 @@ class HFPolicy:
         max_logit_elements: int = 2**26,
         share_prefill: bool = True,
         noise_device: str = "cpu",
+        kv_cache: str = "preallocated",
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if kv_cache not in ("preallocated", "dynamic"):
+            raise ValueError(f"kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
+        self.kv_cache = kv_cache
         if noise_device not in ("cpu", "model"):
             raise ValueError(f"noise_device must be 'cpu' or 'model', got {noise_device!r}")
         self.noise_device = noise_device
@@ -217,7 +229,10 @@ class HFPolicy:
             return int(head.weight.shape[0])
         return int(self.model.config.vocab_size)
 
-    def _new_cache(self) -> Any:
+    def _new_cache(self, capacity: int) -> Any:
+        """An empty KV cache for ``capacity`` positions (prompt width plus new tokens)."""
+        if self.kv_cache == "preallocated":
+            return preallocated_cache(self.model.config, capacity)
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
@@ -242,117 +257,150 @@ class HFPolicy:
         ids = pad_sequences(prompts, value=self.pad_token_id, left=True)
         mask = padding_mask([len(p) for p in prompts], left=True).long()
         pos = position_ids_from_mask(mask)
-
-        greedy = torch.tensor([p.greedy for p in params], device=dev)
-        temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=dev)
-        top_p = torch.tensor([1.0 if p.greedy else p.top_p for p in params], device=dev)
-        max_new = torch.tensor([p.max_new_tokens for p in params], device=dev)
-        noise = _Noise(
-            seeds, self._vocab_size(), device=dev if self.noise_device == "model" else None
-        )
         steps = max(p.max_new_tokens for p in params)
+        width = ids.shape[1]
 
-        cache = self._new_cache()
+        cache = self._new_cache(width + steps)
         logits = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
         if len(prompts) < n:
             index = torch.tensor(row_prompt, device=dev)
             cache.batch_select_indices(index)
             logits, mask, pos = logits[index], mask[index.cpu()], pos[index.cpu()]
-        vocab = logits.shape[-1]
-        stop_table: torch.Tensor | None = None
-        if any(p.stop_token_ids for p in params):
-            stop_table = torch.zeros((n, vocab), dtype=torch.bool)
-            for row, p in enumerate(params):
-                stop_table[row, list(p.stop_token_ids)] = True
-            stop_table = stop_table.to(dev)
+        # the attention mask of every step, allocated once: step s passes its first
+        # width + s + 1 columns (the prompt's mask, then ones)
+        full_mask = torch.ones((n, width + steps), dtype=mask.dtype, device=dev)
+        full_mask[:, :width] = mask.to(dev)
+        next_pos = pos[:, -1].to(dev) + 1
+        live = _LiveRows(params, dev, logits.shape[-1])
+        noise = _Noise(
+            seeds, self._vocab_size(), device=dev if self.noise_device == "model" else None
+        )
 
         tokens = torch.zeros((n, steps), dtype=torch.long, device=dev)
         logps = torch.zeros((n, steps), dtype=torch.float32, device=dev)
-        n_tokens = torch.zeros(n, dtype=torch.long, device=dev)
-        finish = torch.zeros(n, dtype=torch.long, device=dev)
-        alive = torch.arange(n, device=dev)  # original row of each row of the live batch
-        alive_list = list(range(n))
-        mask = mask.to(dev)
-        next_pos = pos[:, -1].to(dev) + 1
-        need_top_p = any(not p.greedy and p.top_p < 1.0 for p in params)
-
+        n_tokens = [0] * n
+        finish = [_LENGTH] * n
         for step in range(steps):
-            token, logp = self._pick(
-                logits,
-                temps[alive],
-                top_p[alive] if need_top_p else None,
-                greedy[alive],
-                noise.uniforms(alive_list, step),
-            )
-            tokens[alive, step] = token
-            logps[alive, step] = logp
-            stopped = (
-                stop_table[alive, token]
-                if stop_table is not None
-                else torch.zeros_like(token, dtype=torch.bool)
-            )
-            at_length = max_new[alive] <= step + 1
-            done = stopped | at_length
-            finish[alive] = torch.where(stopped, _STOP, torch.where(at_length, _LENGTH, 0))
-            n_tokens[alive] = step + 1
-            if bool(done.all()):
-                break
-            if bool(done.any()):  # finished rows leave the batch and the cache
+            token, logp = self._pick(logits, live, noise.gumbel(step))
+            if live.all_rows:
+                tokens[:, step] = token
+                logps[:, step] = logp
+            else:
+                tokens[live.rows, step] = token
+                logps[live.rows, step] = logp
+            done = stopped = live.stopped(token)
+            if step + 1 >= live.min_budget:  # some row reaches its own max_new_tokens
+                at_length = live.max_new <= step + 1
+                done = at_length if stopped is None else stopped | at_length
+            if done is None or not bool(done.any()):
+                next_ids = token
+            else:
+                ended = done.nonzero().squeeze(1).tolist()
+                for i, row in zip(ended, live.rows[ended].tolist(), strict=True):
+                    n_tokens[row] = step + 1
+                    finish[row] = _STOP if stopped is not None and bool(stopped[i]) else _LENGTH
+                if len(ended) == len(done):
+                    break
+                # finished rows leave the batch and the cache
                 keep = (~done).nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
-                alive, token, mask, next_pos = alive[keep], token[keep], mask[keep], next_pos[keep]
-                alive_list = alive.tolist()
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            logits = self._forward(token[:, None], mask, next_pos[:, None], cache)
+                live.keep(keep)
+                noise.keep(keep)
+                next_ids, full_mask, next_pos = token[keep], full_mask[keep], next_pos[keep]
+            logits = self._forward(
+                next_ids[:, None], full_mask[:, : width + step + 1], next_pos[:, None], cache
+            )
             next_pos = next_pos + 1
 
         tokens_l, logps_l = tokens.cpu().tolist(), logps.cpu().tolist()
-        counts, finishes = n_tokens.cpu().tolist(), finish.cpu().tolist()
         return [
             Generation(
-                token_ids=tuple(tokens_l[row][: counts[row]]),
-                logprobs=tuple(logps_l[row][: counts[row]]),
-                finish_reason="stop" if finishes[row] == _STOP else "length",
+                token_ids=tuple(tokens_l[row][: n_tokens[row]]),
+                logprobs=tuple(logps_l[row][: n_tokens[row]]),
+                finish_reason="stop" if finish[row] == _STOP else "length",
             )
             for row in range(n)
         ]
 
     def _pick(
-        self,
-        logits: torch.Tensor,
-        temps: torch.Tensor,
-        top_p: torch.Tensor | None,
-        greedy: torch.Tensor,
-        uniforms: tuple[list[int], torch.Tensor] | None,
+        self, logits: torch.Tensor, live: _LiveRows, gumbel: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next token and its log-prob (full vocabulary, at the row's temperature) per row;
-        ``uniforms``: the sampled rows (positions in the batch) and their ``[rows, V]`` noise."""
-        logp = torch.log_softmax(logits / temps[:, None], dim=-1)
-        if uniforms is None:
+        """Next token and its log-prob (full vocabulary, at the row's temperature) per live
+        row; ``gumbel``: the rows' ``[rows, V]`` Gumbel noise (None: every row is greedy)."""
+        scaled = logits if live.temps is None else logits / live.temps[:, None]
+        logp = torch.log_softmax(scaled, dim=-1)
+        if gumbel is None:
             token = logits.argmax(-1)
         else:
-            sampled_rows, u = uniforms
             scores = logp
-            if top_p is not None:  # the smallest prefix of the sorted vocabulary with mass >= p
+            if (
+                live.top_p is not None
+            ):  # the smallest prefix of the sorted vocabulary with mass >= p
                 sorted_logp, order = logp.sort(dim=-1, descending=True)
                 probs = sorted_logp.exp()
-                outside = (probs.cumsum(-1) - probs) >= top_p[:, None]
-                outside &= (top_p < 1.0)[:, None]
+                outside = (probs.cumsum(-1) - probs) >= live.top_p[:, None]
+                outside &= (live.top_p < 1.0)[:, None]
                 scores = logp.masked_fill(outside.scatter(1, order, outside), float("-inf"))
-            gumbel = -torch.log(-torch.log(u.to(logits.device)))
-            if len(sampled_rows) < logits.shape[0]:
-                gumbel = torch.zeros_like(logp).index_copy_(
-                    0, torch.tensor(sampled_rows, device=logits.device), gumbel
-                )
-            token = torch.where(greedy, logits.argmax(-1), (scores + gumbel).argmax(-1))
+            token = (scores + gumbel.to(logits.device)).argmax(-1)
+            if live.greedy is not None:
+                token = torch.where(live.greedy, logits.argmax(-1), token)
         return token, logp.gather(1, token[:, None]).squeeze(1)
 
 
+class _LiveRows:
+    """The per-row settings of the rows still decoding, in batch order, compacted when rows
+    leave (:meth:`keep`), so that a step indexes nothing. A setting every row shares at its
+    neutral value is ``None`` (no division by a temperature of 1, no nucleus, no greedy
+    argmax): skipping those operations changes no number."""
+
+    def __init__(self, params: list[Any], device: torch.device, vocab: int) -> None:
+        n = len(params)
+        self.rows = torch.arange(n, device=device)  # original row of each live row
+        self.all_rows = True  # no row has left yet
+        self.max_new = torch.tensor([p.max_new_tokens for p in params], device=device)
+        self.min_budget = min(p.max_new_tokens for p in params)
+        greedy = [p.greedy for p in params]
+        temps = [1.0 if p.greedy else p.temperature for p in params]
+        top_p = [1.0 if p.greedy else p.top_p for p in params]
+        self.greedy = torch.tensor(greedy, device=device) if any(greedy) else None
+        self.temps = None if all(t == 1.0 for t in temps) else torch.tensor(temps, device=device)
+        self.top_p = None if all(t >= 1.0 for t in top_p) else torch.tensor(top_p, device=device)
+        self.stop_table: torch.Tensor | None = None  # [rows, V]: whether a token stops the row
+        if any(p.stop_token_ids for p in params):
+            table = torch.zeros((n, vocab), dtype=torch.bool)
+            for row, p in enumerate(params):
+                table[row, list(p.stop_token_ids)] = True
+            self.stop_table = table.to(device)
+
+    def stopped(self, token: torch.Tensor) -> torch.Tensor | None:
+        """Whether each live row's ``token`` is one of its stop tokens (None: no row has any)."""
+        if self.stop_table is None:
+            return None
+        return self.stop_table.gather(1, token[:, None]).squeeze(1)
+
+    def keep(self, keep: torch.Tensor) -> None:
+        """Only the live rows at positions ``keep`` go on."""
+        self.all_rows = False
+        self.rows, self.max_new = self.rows[keep], self.max_new[keep]
+        self.min_budget = int(self.max_new.min())
+        if self.greedy is not None:
+            self.greedy = self.greedy[keep]
+        if self.temps is not None:
+            self.temps = self.temps[keep]
+        if self.top_p is not None:
+            self.top_p = self.top_p[keep]
+        if self.stop_table is not None:
+            self.stop_table = self.stop_table[keep]
+
+
 class _Noise:
-    """Each sampled row's uniforms from its own CPU ``torch.Generator`` (the same noise on any
-    device), drawn ``block`` tokens' worth at a time: one call per row per block instead of one
-    per token. Drawing ``n * V`` at once gives the same numbers as ``n`` draws of ``V``, so
-    token ``k`` of a row still uses the ``k``-th block of ``V`` uniforms of its stream."""
+    """Each sampled row's Gumbel noise, from the uniforms of its own ``torch.Generator`` (the
+    same noise on any device), drawn ``block`` tokens' worth at a time: one call per row per
+    block instead of one per token, and the transform ``-log(-log(u))`` once per block over
+    the whole table. Drawing ``n * V`` at once gives the same numbers as ``n`` draws of
+    ``V``, so token ``k`` of a row still uses the ``k``-th block of ``V`` uniforms of its
+    stream. Rows of greedy requests get zeros. The table's rows follow the live batch
+    (:meth:`keep`)."""
 
     def __init__(
         self,
@@ -368,6 +416,7 @@ class _Noise:
         if device.type != "cpu":
             max_floats *= 32
         self.device = device
+        # the generators of the live rows, in batch order (None: a greedy row)
         self.generators = [
             None if s is None else torch.Generator(device=device).manual_seed(s) for s in seeds
         ]
@@ -375,16 +424,27 @@ class _Noise:
         # at a time there
         self.block = max(1, min(block, max_floats // max(len(seeds) * vocab, 1)))
         self.vocab = vocab
-        self.buffer = torch.empty((len(seeds), self.block, vocab), device=device)
+        self.table = torch.zeros((len(seeds), self.block, vocab), device=device)
 
-    def uniforms(self, rows: list[int], step: int) -> tuple[list[int], torch.Tensor] | None:
-        """For the live ``rows`` (original indices) at token ``step``: which positions in the
-        batch sample, and their ``[sampled, V]`` uniforms (None: every row is greedy)."""
-        positions = [i for i, r in enumerate(rows) if self.generators[r] is not None]
-        if not positions:
+    def keep(self, keep: torch.Tensor) -> None:
+        """Only the live rows at positions ``keep`` go on (their noise drawn so far kept)."""
+        positions = keep.tolist()
+        self.generators = [self.generators[i] for i in positions]
+        self.table = self.table[keep.to(self.device)]
+
+    def gumbel(self, step: int) -> torch.Tensor | None:
+        """The live rows' ``[rows, V]`` Gumbel noise at token ``step`` (a view of the table;
+        None: every live row is greedy). Live rows now were live at every earlier step."""
+        if all(g is None for g in self.generators):
             return None
-        sampled = [rows[i] for i in positions]
-        if step % self.block == 0:  # live rows now were live at every earlier step
-            fresh = [torch.rand(self.block * self.vocab, generator=self.generators[r], device=self.device) for r in sampled]  # fmt: skip
-            self.buffer[sampled] = torch.stack(fresh).view(len(sampled), self.block, self.vocab)
-        return positions, self.buffer[sampled, step % self.block]
+        if step % self.block == 0:
+            greedy = []
+            for row, generator in enumerate(self.generators):
+                if generator is None:
+                    greedy.append(row)
+                else:
+                    self.table[row].uniform_(generator=generator)
+            self.table.log_().neg_().log_().neg_()
+            if greedy:
+                self.table[greedy] = 0.0
+        return self.table[:, step % self.block]

@@ -23,17 +23,25 @@ the very same work:
   ``generation_config.eos_token_id``, and TRL 1.16 stops generation (and masks the completion)
   at the generation config's eos ids plus the tokenizer's eos, so nothing needs setting: TRL
   stops at the same two tokens. The script checks this before it times anything;
-* the same shape: K=8 generations x 8 prompts per step, at most 8 new tokens, temperature 1,
+* the same shape: K=8 generations x 8 prompts per step, the case's token budget, temperature 1,
   top-p 1, AdamW at 1e-4 with betas (0.9, 0.99), no weight decay, gradient clipping at 1.0,
   no KL term (TRL's ``beta=0``), one optimizer step per generation, fp32 on the CPU.
 
-Both models are untrained, so most completions run to the 8-token budget on both sides; the
-mean completion length (stop token included) is printed for each, so a difference in work
-per step shows. forkgym runs before and after TRL (their mean is compared), and once more
+Two named cases (``--cases``, both by default), each with its own target:
+
+* ``answer-8``: at most 8 new tokens, the short answers above; target: a forkgym step in at
+  most 0.5x TRL's time;
+* ``worked-23``: the quick preset's shape (``forkgym bench --preset quick``: its env options,
+  ``solution_style="worked"``, whose warm-started policy writes worked answers of about 23
+  tokens): at most 23 new tokens; target: at most 0.4x TRL's time.
+
+Both models are untrained, so most completions run to the token budget on both sides (which
+is what gives the ``worked-23`` case its 23-token completions); the mean completion length
+(stop token included) is printed for each, so a difference in work per step shows. In each
+case forkgym runs before and after TRL (their mean is compared); in ``answer-8`` once more
 with the full 25-token prompt (``instruction=True``) for reference. Two warm-up steps, then
-the mean of ``--steps``. The target is a forkgym step in at most 0.5x TRL's time.
-Needs TRL, which only the ``bench`` extra installs (``pip install -e .[bench]``).
-Run: ``python benchmarks/trl_step_time.py [--steps N]``.
+the mean of ``--steps``. Needs TRL, which only the ``bench`` extra installs
+(``pip install -e .[bench]``). Run: ``python benchmarks/trl_step_time.py [--steps N] [--cases answer-8,worked-23]``.
 """
 
 from __future__ import annotations
@@ -44,21 +52,45 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from forkgym.agents.bench.presets import PRESETS
 from forkgym.recipes import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
 ENV = "forkgym/Arithmetic-v0"
-K, PROMPTS, NEW_TOKENS, SEED, LR, BETAS = 8, 8, 8, 0, 1e-4, (0.9, 0.99)
+K, PROMPTS, SEED, LR, BETAS = 8, 8, 0, 1e-4, (0.9, 0.99)
 WARMUP = 2
-TARGET = 0.5  # forkgym's time per step at most this times TRL's
 
 
-def env_kwargs(instruction: bool) -> dict[str, Any]:
-    return {"system_prompt": None, "operations": "+", "digits": 2, "instruction": instruction}
+@dataclass(frozen=True)
+class Case:
+    about: str
+    env_kwargs: dict[str, Any]  # without the answer-format sentence (instruction=False)
+    new_tokens: int
+    target: float  # forkgym's time per step at most this times TRL's
+    full_prompt: bool = False  # also time forkgym with the answer-format sentence
+
+
+_QUICK = PRESETS["quick"].regimes[0]
+CASES: dict[str, Case] = {
+    "answer-8": Case(
+        "2-digit addition, 8-token answers",
+        {"system_prompt": None, "operations": "+", "digits": 2, "instruction": False},
+        new_tokens=8,
+        target=0.5,
+        full_prompt=True,
+    ),
+    "worked-23": Case(
+        "the quick preset's 2-digit addition, 23-token worked answers",
+        dict(_QUICK.env_kwargs),
+        new_tokens=23,
+        target=0.4,
+    ),
+}
 
 
 def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
@@ -67,7 +99,7 @@ def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
     return len(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
 
-def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any]:
+def trl_seconds_per_step(steps: int, model_dir: Path, out: str, case: Case) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -77,8 +109,7 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any
 
     model, tokenizer = load_policy_model(model_dir)
     params = sum(p.numel() for p in model.parameters())
-    kwargs = env_kwargs(instruction=False)
-    rows = trl_env_rows(ENV, kwargs, SEED, steps + WARMUP, PROMPTS)
+    rows = trl_env_rows(ENV, case.env_kwargs, SEED, steps + WARMUP, PROMPTS)
     lengths: list[int] = []
     stamps: list[float] = []
 
@@ -93,13 +124,13 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any
             max_steps=steps + WARMUP,
             k=K,
             prompts=PROMPTS,
-            max_new_tokens=NEW_TOKENS,
+            max_new_tokens=case.new_tokens,
             lr=LR,
         )
     )
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=trl_env_reward(ENV, kwargs, lengths),
+        reward_funcs=trl_env_reward(ENV, case.env_kwargs, lengths),
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
@@ -123,7 +154,7 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str) -> dict[str, Any
 
 
 def forkgym_seconds_per_step(
-    steps: int, model_dir: Path, out: str, instruction: bool
+    steps: int, model_dir: Path, out: str, case: Case, instruction: bool = False
 ) -> dict[str, Any]:
     from forkgym.agents.config import TrainConfig
     from forkgym.agents.trainer import Trainer
@@ -131,11 +162,11 @@ def forkgym_seconds_per_step(
     config = TrainConfig(
         model=str(model_dir),
         env=ENV,
-        env_kwargs=env_kwargs(instruction),
+        env_kwargs={**case.env_kwargs, "instruction": instruction},
         estimator="grpo",
         k=K,
         prompts_per_step=PROMPTS,
-        max_new_tokens=NEW_TOKENS,
+        max_new_tokens=case.new_tokens,
         temperature=1.0,
         top_p=1.0,
         lr=LR,
@@ -169,37 +200,17 @@ def forkgym_seconds_per_step(
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
-    trl = require_trl()
-    if trl is None:
-        return 2
-    from forkgym.agents.models import init_model
+def run_case(name: str, case: Case, steps: int, model_dir: Path, tmp: str, trl: Any) -> float:
+    """Time forkgym, TRL, forkgym again (and the full prompt where asked); print the rows and
+    return forkgym's time per step over TRL's."""
+    from forkgym.agents.models import load_tokenizer
 
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = init_model(Path(tmp) / "model", corpus_seeds=8)  # both trainers load it
-        ours = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/a", instruction=False)
-        theirs = trl_seconds_per_step(args.steps, model_dir, f"{tmp}/trl")
-        again = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/b", instruction=False)
-        full = forkgym_seconds_per_step(args.steps, model_dir, f"{tmp}/c", instruction=True)
-        from forkgym.agents.models import load_tokenizer
-
-        tokenizer = load_tokenizer(model_dir)
-        full_prompt = prompt_tokens(
-            tokenizer, trl_env_rows(ENV, env_kwargs(True), SEED, 1, 1)[0]["prompt"]
-        )
+    ours = forkgym_seconds_per_step(steps, model_dir, f"{tmp}/{name}-a", case)
+    theirs = trl_seconds_per_step(steps, model_dir, f"{tmp}/{name}-trl", case)
+    again = forkgym_seconds_per_step(steps, model_dir, f"{tmp}/{name}-b", case)
     short_prompt = theirs["prompt_tokens"]
     forkgym = (ours["s_per_step"] + again["s_per_step"]) / 2
     forkgym_len = (ours["completion_tokens"] + again["completion_tokens"]) / 2
-    print(
-        f"trl_step_time  same model (forkgym tiny, untrained), {ENV} 2-digit addition, "
-        f"K={K} x {PROMPTS} prompts, max {NEW_TOKENS} new tokens, lr {LR:g}, fp32, "
-        f"torch threads={torch.get_num_threads()}, mean of {args.steps} steps after {WARMUP} "
-        f"warm-up; both stop at token ids {theirs['stop_ids']}"
-    )
-    print(f"{'trainer':46} {'params':>10} {'s/step':>8} {'tokens/completion':>18}")
     rows = [
         (
             f"TRL {trl.__version__} GRPOTrainer ({short_prompt}-token prompts)",
@@ -215,22 +226,61 @@ def main() -> int:
             forkgym_len,
             f"   (runs before and after TRL: {ours['s_per_step']:.3f}, {again['s_per_step']:.3f})",
         ),
-        (
-            f"forkgym GRPO ({full_prompt}-token prompts)",
-            full,
-            full["s_per_step"],
-            full["completion_tokens"],
-            "",
-        ),
     ]
-    for name, r, seconds, length, note in rows:
-        print(f"{name:46} {r['params']:>10,} {seconds:>8.3f} {length:>18.2f}{note}")
-    ratio = forkgym / theirs["s_per_step"]
-    verdict = "PASS" if ratio <= TARGET else "FAIL"
+    if case.full_prompt:
+        full = forkgym_seconds_per_step(steps, model_dir, f"{tmp}/{name}-c", case, True)
+        messages = trl_env_rows(ENV, {**case.env_kwargs, "instruction": True}, SEED, 1, 1)
+        full_prompt = prompt_tokens(load_tokenizer(model_dir), messages[0]["prompt"])
+        rows.append(
+            (
+                f"forkgym GRPO ({full_prompt}-token prompts)",
+                full,
+                full["s_per_step"],
+                full["completion_tokens"],
+                "",
+            )
+        )
     print(
-        f"forkgym / TRL time per step ({short_prompt}-token prompts): {ratio:.2f}x  "
-        f"target <= {TARGET}x: {verdict}"
+        f"\ncase {name}: {case.about}; K={K} x {PROMPTS} prompts, max {case.new_tokens} new "
+        f"tokens; both stop at token ids {theirs['stop_ids']}"
     )
+    print(f"{'trainer':46} {'params':>10} {'s/step':>8} {'tokens/completion':>18}")
+    for label, r, seconds, length, note in rows:
+        print(f"{label:46} {r['params']:>10,} {seconds:>8.3f} {length:>18.2f}{note}")
+    ratio = forkgym / theirs["s_per_step"]
+    verdict = "PASS" if ratio <= case.target else "FAIL"
+    print(
+        f"forkgym / TRL time per step ({name}, {short_prompt}-token prompts): {ratio:.2f}x  "
+        f"target <= {case.target}x: {verdict}"
+    )
+    return ratio
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}"
+    )
+    args = parser.parse_args()
+    names = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in names if c not in CASES]
+    if unknown or not names:
+        parser.error(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
+    trl = require_trl()
+    if trl is None:
+        return 2
+    from forkgym.agents.models import init_model
+
+    print(
+        f"trl_step_time  same model (forkgym tiny, untrained), {ENV}, lr {LR:g}, fp32, "
+        f"torch threads={torch.get_num_threads()}, mean of {args.steps} steps after {WARMUP} "
+        "warm-up"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = init_model(Path(tmp) / "model", corpus_seeds=8)  # both trainers load it
+        for name in names:
+            run_case(name, CASES[name], args.steps, model_dir, tmp, trl)
     return 0
 
 

@@ -10,6 +10,8 @@
   import of TRL (:func:`require_trl`), and an environment's own tasks for TRL's
   ``GRPOTrainer`` (:func:`trl_env_rows`, :func:`trl_env_reward`: the prompts and grading
   forkgym's trainer sees); :class:`TimedVerifier` splits a step's time.
+* **Generation workloads**: the quick preset's first step as a list of generation requests
+  (:func:`quick_generation_requests`), what the generator benchmarks time.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "held_out",
     "integer_mix",
     "math_mix",
+    "quick_generation_requests",
     "require_trl",
     "trl_env_reward",
     "trl_env_rows",
@@ -344,3 +347,37 @@ class TimedVerifier:
             return self.inner.verify(reference, response)
         finally:
             self.seconds += time.perf_counter() - start
+
+
+# -- generation workloads -------------------------------------------------------------------------
+
+
+def quick_generation_requests(tokenizer: Any, new_tokens: int = 23) -> list[Any]:
+    """The generation requests of ``forkgym bench --preset quick``'s first training step: its
+    env's training-side prompts for the step's task seeds (chat template, generation prompt),
+    K seeded samples of each at temperature 1, at most ``new_tokens`` new tokens (23: the
+    preset's mean worked answer), the rollout's stop tokens."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.agents.bench.presets import PRESETS
+    from forkgym.agents.policy import GenerationRequest, SamplingParams
+    from forkgym.agents.rollout import stop_token_ids
+    from forkgym.agents.seeds import task_seeds
+    from forkgym.envs.base import on_side
+
+    regime = PRESETS["quick"].regimes[0]
+    env = gym.make(regime.env, **on_side(regime.env_kwargs, "train"))
+    stops = tuple(stop_token_ids(tokenizer))
+    requests = []
+    for p, task in enumerate(task_seeds(0, "train", 0, regime.prompts_per_step)):
+        obs, _ = env.reset(seed=task)
+        ids = tokenizer.apply_chat_template(
+            list(obs["messages"]), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for k in range(regime.k):
+            seed = p * regime.k + k
+            params = SamplingParams(max_new_tokens=new_tokens, seed=seed, stop_token_ids=stops)
+            requests.append(GenerationRequest(tuple(ids), params))
+    env.close()
+    return requests

@@ -405,8 +405,9 @@ def test_timings_tiny_model(loaded, capsys):
 
 @pytest.mark.parametrize("block", [1, 3, 8])
 def test_noise_drawn_in_blocks_is_the_per_token_stream(block):
-    """Token k of a row uses the k-th V uniforms of its seed's stream, however many tokens'
-    worth are drawn at once and whichever rows are still live."""
+    """Token k of a row uses the Gumbel transform of the k-th V uniforms of its seed's stream,
+    however many tokens' worth are drawn at once and whichever rows are still live; greedy
+    rows get zeros."""
     from forkgym.agents.hf_policy import _Noise
 
     vocab, seeds = 16, [11, None, 12]
@@ -416,11 +417,16 @@ def test_noise_drawn_in_blocks_is_the_per_token_stream(block):
     for step in range(7):
         if step == 4:
             live = [0, 1]  # row 2 finished
-        positions, u = noise.uniforms(live, step)
-        assert positions == [i for i, r in enumerate(live) if seeds[r] is not None]
-        for row, got in zip([live[i] for i in positions], u, strict=True):
-            assert torch.equal(got, torch.rand(vocab, generator=streams[seeds[row]]))
-    assert _Noise([None, None], vocab).uniforms([0, 1], 0) is None
+            noise.keep(torch.tensor([0, 1]))
+        gumbel = noise.gumbel(step)
+        assert gumbel.shape == (len(live), vocab)
+        for row, got in zip(live, gumbel, strict=True):
+            if seeds[row] is None:
+                assert torch.equal(got, torch.zeros(vocab))
+            else:
+                u = torch.rand(vocab, generator=streams[seeds[row]])
+                assert torch.equal(got, -torch.log(-torch.log(u)))
+    assert _Noise([None, None], vocab).gumbel(0) is None
 
 
 def test_noise_on_the_models_device_is_an_option_and_equals_the_cpu_stream_on_the_cpu(

@@ -1,0 +1,126 @@
+"""The transformers backend's decode loop: its KV cache, and torch.compile, side by side in one run.
+
+The generation of ``forkgym bench --preset quick``'s first step
+(:func:`forkgym.recipes.quick_generation_requests`: 8 prompts x K = 8 seeded samples, at most
+``--new-tokens`` new tokens), on forkgym's default untrained models, by
+:class:`~forkgym.agents.hf_policy.HFPolicy` three ways, round after round in turn:
+
+* ``dynamic``: transformers' ``DynamicCache``, which copies every layer's keys and values into
+  a new tensor at each token (``kv_cache="dynamic"``);
+* ``preallocated``: the default, each layer's cache allocated once per batch
+  (:mod:`forkgym.agents.kv_cache`); its tokens and log-probs must equal ``dynamic``'s exactly,
+  which the script checks;
+* ``compiled``: the default loop with the model's ``forward`` under ``torch.compile``
+  (inductor, ``dynamic=True``: the batch shrinks as rows finish and the cache grows), on a copy
+  of the model; the first generation, which compiles, is timed apart. Compiled kernels round
+  differently, so its log-probs are compared (largest difference) rather than required equal.
+  ``--no-compile`` leaves it out.
+
+Printed: generated tokens per second, best and median of ``--rounds`` rounds, per model size.
+Run: ``python benchmarks/decode_loop.py [--sizes tiny,base] [--rounds 7] [--no-compile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.models import init_model, load_policy_model
+from forkgym.recipes import quick_generation_requests
+
+
+def compiled_policy(model: Any, tokenizer: Any) -> HFPolicy:
+    twin = copy.deepcopy(model)
+    twin.forward = torch.compile(twin.forward, dynamic=True)
+    return HFPolicy(twin, tokenizer)
+
+
+def measure(size: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    model, tokenizer = load_policy_model(path)
+    requests = quick_generation_requests(tokenizer, args.new_tokens)
+    policies = {
+        "dynamic": HFPolicy(model, tokenizer, kv_cache="dynamic"),
+        "preallocated": HFPolicy(model, tokenizer),
+    }
+    first: dict[str, float] = {}
+    if args.compile:
+        policies["compiled"] = compiled_policy(model, tokenizer)
+    outputs = {}
+    for name, policy in policies.items():
+        start = time.perf_counter()
+        outputs[name] = policy.generate(requests)  # warm-up (the compilation, for `compiled`)
+        first[name] = time.perf_counter() - start
+    same = [
+        (a.token_ids, a.logprobs, a.finish_reason) == (b.token_ids, b.logprobs, b.finish_reason)
+        for a, b in zip(outputs["dynamic"], outputs["preallocated"], strict=True)
+    ]
+    if not all(same):
+        raise RuntimeError(f"preallocated differs from dynamic in {same.count(False)} rows")
+    rates: dict[str, list[float]] = {name: [] for name in policies}
+    for _ in range(args.rounds):
+        for name, policy in policies.items():
+            start = time.perf_counter()
+            out = policy.generate(requests)
+            seconds = time.perf_counter() - start
+            rates[name].append(sum(len(g.token_ids) for g in out) / seconds)
+    result: dict[str, Any] = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokens": sum(len(g.token_ids) for g in outputs["preallocated"]),
+        "rates": rates,
+        "first": first,
+    }
+    if args.compile:
+        pairs = zip(outputs["preallocated"], outputs["compiled"], strict=True)
+        equal = [a.token_ids == b.token_ids for a, b in pairs]
+        diffs = [
+            abs(x - y)
+            for a, b in zip(outputs["preallocated"], outputs["compiled"], strict=True)
+            if a.token_ids == b.token_ids
+            for x, y in zip(a.logprobs, b.logprobs, strict=True)
+        ]
+        result["compiled_same_tokens"] = sum(equal) / len(equal)
+        result["compiled_max_diff"] = max(diffs, default=float("nan"))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="tiny,base", help="tiny, small, base")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--new-tokens", type=int, default=23)
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    args = parser.parse_args()
+    print(
+        f"decode_loop  torch {torch.__version__}, {torch.get_num_threads()} threads; quick preset "
+        f"shape: 8 prompts x K=8, at most {args.new_tokens} new tokens, fp32; tokens/s, best "
+        f"(median) of {args.rounds} rounds, the variants in turn"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes.split(","):
+            r = measure(size, init_model(Path(tmp) / size, size=size, corpus_seeds=8), args)
+            print(f"\n{size}: {r['params'] / 1e6:.1f}M parameters, {r['tokens']:,} tokens per generation")  # fmt: skip
+            base = max(r["rates"]["dynamic"])
+            for name, rates in r["rates"].items():
+                note = ""
+                if name == "preallocated":
+                    note = "  same tokens and log-probs as dynamic: yes"
+                if name == "compiled":
+                    note = (f"  first generation (compiling) {r['first'][name]:.1f} s; same tokens "
+                            f"{r['compiled_same_tokens']:.0%}, log-probs within "
+                            f"{r['compiled_max_diff']:.1e}")  # fmt: skip
+                rate = f"{max(rates):,.0f} ({statistics.median(rates):,.0f})"
+                print(f"  {name:13} {rate:>18} tok/s  {max(rates) / base:.2f}x{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
