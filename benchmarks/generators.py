@@ -36,7 +36,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))  # before torch
 
 import argparse
-import importlib.util
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,7 @@ import torch
 from forkgym.agents.bench.presets import PRESETS
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.policy import GenerationRequest
-from forkgym.recipes import quick_generation_requests
+from forkgym.recipes import quick_generation_requests, vllm_missing
 
 QUICK = PRESETS["quick"].regimes[0]
 ENV = QUICK.env
@@ -178,9 +177,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6, help="timed training steps per backend")
     parser.add_argument("--new-tokens", type=int, default=23)
     args = parser.parse_args()
-    if importlib.util.find_spec("vllm") is None:
-        print("generators: needs vLLM; run it with the vLLM environment's python "
-              "(python3 dev.py vllm-env, then .venv-vllm/bin/python benchmarks/generators.py)")  # fmt: skip
+    if vllm_missing("generators"):
         return 0
     sizes = [s for s in args.sizes.split(",") if s]
     if len(sizes) > 1:  # one process per size: a third in-process engine in one process failed

@@ -23,7 +23,6 @@ push goes through vLLM's CUDA-IPC weight transfer instead.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import torch
 
 from forkgym.agents.models import QWEN_05B_CONFIG, init_model, load_policy_model
 from forkgym.agents.policy import GenerationRequest, SamplingParams
+from forkgym.recipes import vllm_missing
 
 # a Qwen2.5-0.5B-shaped Llama (0.5B parameters), built from its config: nothing downloaded
 QWEN_05B_SHAPE = {**QWEN_05B_CONFIG, "max_position_embeddings": 2048}
@@ -118,9 +118,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     args = parser.parse_args()
-    if importlib.util.find_spec("vllm") is None:
-        print("vllm_sync: needs vLLM; run it with the vLLM environment's python "
-              "(python3 dev.py vllm-env, then .venv-vllm/bin/python benchmarks/vllm_sync.py)")  # fmt: skip
+    if vllm_missing("vllm_sync"):
         return 0
 
     from forkgym.agents import vllm_compat

@@ -49,6 +49,7 @@ __all__ = [
     "trl_env_reward",
     "trl_env_rows",
     "trl_grpo_args",
+    "vllm_missing",
     "warm_start",
 ]
 
@@ -288,6 +289,20 @@ def require_trl() -> ModuleType | None:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return trl
+
+
+def vllm_missing(script: str) -> bool:
+    """Whether vLLM is absent from this interpreter; if so, says where ``benchmarks/<script>``
+    runs (the vLLM environment) on stdout, for a script that then exits 0."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return False
+    print(
+        f"{script}: needs vLLM; run it with the vLLM environment's python (python3 dev.py "
+        f"vllm-env, then .venv-vllm/bin/python benchmarks/{script}.py)"
+    )
+    return True
 
 
 def trl_env_rows(

@@ -364,6 +364,23 @@ def test_control_without_the_os_walls_netlink_and_vsock_sockets_are_made():
     assert "AF_VSOCK bound" in reply or "AF_VSOCK made" in reply, reply
 
 
+# up to ``count`` children that each sleep ``child`` s; prints how many forks succeeded
+FORK_BOMB = """
+import os, time
+forks = 0
+for _ in range({count}):
+    try:
+        if os.fork() == 0:
+            time.sleep({child})
+            os._exit(0)
+        forks += 1
+    except OSError:
+        break
+print('forks', forks, flush=True)
+time.sleep({hold})
+"""
+
+
 def _slot_uid_processes() -> list[str]:
     first, count = uid_slots.uid_range() if ROOT else (65534, 1)
     found = []
@@ -391,17 +408,8 @@ if pid == 0:
     if os.fork() == 0:
         time.sleep(30)
     os._exit(0)
-forks = 0
-for _ in range(200):
-    try:
-        if os.fork() == 0:
-            time.sleep(20)
-            os._exit(0)
-        forks += 1
-    except OSError:
-        break
-print("forks", forks)
 """
+        + FORK_BOMB.format(count=200, child=20, hold=0)
     )
     reply, info, _ = attack(code, wall_seconds=3.0)
     found = re.search(r"forks (\d+)", reply)
@@ -780,21 +788,6 @@ def test_control_without_the_os_walls_the_scratch_is_outside_the_budget():
     assert "held both" in reply, reply
 
 
-FORK_BOMB = """
-import os, time
-forks = 0
-for _ in range({count}):
-    try:
-        if os.fork() == 0:
-            time.sleep(6)
-            os._exit(0)
-        forks += 1
-    except OSError:
-        break
-print('forks', forks, flush=True)
-time.sleep({hold})
-"""
-
 NEIGHBOUR = """
 import os, threading
 forked = threads = 0
@@ -816,7 +809,7 @@ print('neighbour forked', forked, 'threads', threads)
 def _neighbour_beside_a_fork_bomb(forks: int, threads: int) -> tuple[str, str, dict]:
     marker = _marker()
     with ThreadPoolExecutor(1) as pool:
-        bomb = pool.submit(attack, _named(marker) + FORK_BOMB.format(count=80, hold=2.5))
+        bomb = pool.submit(attack, _named(marker) + FORK_BOMB.format(count=80, child=6, hold=2.5))
         deadline = time.monotonic() + 8
         while len(_processes(marker)) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -846,7 +839,7 @@ def test_a_fork_bomb_cannot_fail_a_neighbour_without_a_cgroup_either(no_cgroup):
 
 
 def test_control_without_the_os_walls_a_call_forks_without_bound():
-    reply, _, _ = attack(FORK_BOMB.format(count=80, hold=0), isolation="unsafe-local")
+    reply, _, _ = attack(FORK_BOMB.format(count=80, child=6, hold=0), isolation="unsafe-local")
     assert "forks 80" in reply, reply
 
 
@@ -1191,7 +1184,7 @@ def test_a_user_without_root_gets_the_rlimit_fallback_and_a_planted_tree_stays_i
     calls = [
         HOOK_OFF + PLANT.format(victim=str(victim)),
         HOOK_OFF + _named(marker) + CHILDREN,
-        HOOK_OFF + FORK_BOMB.format(count=80, hold=0),
+        HOOK_OFF + FORK_BOMB.format(count=80, child=6, hold=0),
         IDENTITY,
     ]
     with Sampled(lambda: _pss(marker)) as pss:

@@ -15,12 +15,6 @@ WHOLE_TEXT = r"(?s).+"  # the documented whole-text fallback the suite's bare an
 
 
 @pytest.fixture(scope="module")
-def verifier():
-    with MathVerifier(timeout=3.0, workers=1, cache_size=0) as v:
-        yield v
-
-
-@pytest.fixture(scope="module")
 def whole_text():
     with MathVerifier(timeout=3.0, workers=1, cache_size=0, extract=["boxed", WHOLE_TEXT]) as v:
         yield v
@@ -41,22 +35,22 @@ SOLUTION = r"The solutions are $x = \boxed{-2,1}$."
         ("$12,5$", r"\boxed{12.5}"),
     ],
 )
-def test_a_comma_list_in_math_is_never_paid_as_a_decimal(verifier, reference, response):
-    assert verifier.verify(reference, response).status is Status.INCORRECT
+def test_a_comma_list_in_math_is_never_paid_as_a_decimal(one_worker, reference, response):
+    assert one_worker.verify(reference, response).status is Status.INCORRECT
 
 
 @pytest.mark.parametrize("response", [r"\boxed{-2,1}", r"\boxed{1,-2}", SOLUTION, "$x = 1, -2$"])
-def test_the_solutions_are_paid_in_any_order(verifier, whole_text, response):
-    grader = whole_text if "boxed" not in response else verifier
+def test_the_solutions_are_paid_in_any_order(one_worker, whole_text, response):
+    grader = whole_text if "boxed" not in response else one_worker
     assert grader.verify(SOLUTION, response).status is Status.CORRECT
 
 
-def test_a_plain_text_reference_keeps_its_decimal_comma(verifier):
+def test_a_plain_text_reference_keeps_its_decimal_comma(one_worker):
     """Outside math, ``12,5`` is the decimal 12.5 (math-verify reads plain text so); inside
     ``$...$`` or a box it is the list 12, 5."""
-    assert verifier.verify("12,5", r"\boxed{12.5}").status is Status.CORRECT
-    assert verifier.verify("12,5", r"\boxed{12, 5}").status is Status.INCORRECT
-    assert verifier.verify("$12,5$", r"\boxed{12, 5}").status is Status.CORRECT
+    assert one_worker.verify("12,5", r"\boxed{12.5}").status is Status.CORRECT
+    assert one_worker.verify("12,5", r"\boxed{12, 5}").status is Status.INCORRECT
+    assert one_worker.verify("$12,5$", r"\boxed{12, 5}").status is Status.CORRECT
 
 
 def test_a_dataset_answer_that_is_a_list_of_solutions_stays_a_list(tmp_path):
@@ -89,12 +83,12 @@ def test_a_dataset_answer_that_is_a_list_of_solutions_stays_a_list(tmp_path):
 
 
 @pytest.mark.parametrize("reference", ["(2, 2), (6, 2)", "$$(2, 2), (6, 2)$$"])
-def test_several_boxes_are_graded_together(verifier, reference):
+def test_several_boxes_are_graded_together(one_worker, reference):
     response = r"$$\boxed{(2, 2)} \quad\text{and}\quad \boxed{(6, 2)}$$"
-    outcome = verifier.verify(reference, response)
+    outcome = one_worker.verify(reference, response)
     assert outcome.status is Status.CORRECT
     assert outcome.extracted == "(2, 2),(6, 2)"
-    assert verifier.verify(reference, r"\boxed{(6, 2)}").status is Status.INCORRECT
+    assert one_worker.verify(reference, r"\boxed{(6, 2)}").status is Status.INCORRECT
 
 
 # -- 3. several boxes in the reference -----------------------------------------------------
@@ -112,20 +106,20 @@ def test_the_same_answer_boxed_again_is_one_answer(multi_box):
         assert v.verify(GOLD_004, r"\boxed{4}").status is Status.CORRECT
 
 
-def test_a_list_reference_in_boxes_takes_its_answers_in_any_order(verifier, whole_text):
-    assert verifier.verify(r"\(\boxed{1}\) and \(\boxed{-2}\).", r"$\boxed{-2,1}$.").status is Status.CORRECT  # fmt: skip
+def test_a_list_reference_in_boxes_takes_its_answers_in_any_order(one_worker, whole_text):
+    assert one_worker.verify(r"\(\boxed{1}\) and \(\boxed{-2}\).", r"$\boxed{-2,1}$.").status is Status.CORRECT  # fmt: skip
     primes = r"$$\boxed{2}, \boxed{3}, \boxed{5}, \boxed{7}, \boxed{13}$$"
     assert whole_text.verify(primes, "$${2, 3, 5, 7, 13}$$").status is Status.CORRECT
-    assert verifier.verify(primes, r"\boxed{\{13, 7, 5, 3, 2\}}").status is Status.CORRECT
-    assert verifier.verify(primes, r"\boxed{\{2, 3, 5, 7\}}").status is Status.INCORRECT
+    assert one_worker.verify(primes, r"\boxed{\{13, 7, 5, 3, 2\}}").status is Status.CORRECT
+    assert one_worker.verify(primes, r"\boxed{\{2, 3, 5, 7\}}").status is Status.INCORRECT
 
 
-def test_an_earlier_box_far_from_the_last_is_not_part_of_the_reference(verifier):
+def test_an_earlier_box_far_from_the_last_is_not_part_of_the_reference(one_worker):
     gold = r"\boxed{1} no no no no no \boxed{2}"
-    assert verifier.verify(gold, r"$\boxed{1,2}$").status is Status.INCORRECT
-    assert verifier.verify(gold, r"$\boxed{2}$").status is Status.CORRECT
+    assert one_worker.verify(gold, r"$\boxed{1,2}$").status is Status.INCORRECT
+    assert one_worker.verify(gold, r"$\boxed{2}$").status is Status.CORRECT
     joined = r"\boxed{1} papers and \boxed{2} bins"
-    assert verifier.verify(joined, r"$\boxed{1,2}$").status is Status.CORRECT
+    assert one_worker.verify(joined, r"$\boxed{1,2}$").status is Status.CORRECT
 
 
 def test_strict_parts_still_grade_in_order_and_open_a_braced_set():
@@ -193,9 +187,9 @@ def test_plain_text_readings_stay_out_of_math(whole_text):
     assert whole_text.verify("1000", "10 000").status is Status.INCORRECT
 
 
-def test_a_reference_whose_box_never_closes_is_graded_on_its_content(verifier):
-    outcome = verifier.verify(r"So the answer is \boxed{42", r"\boxed{42}")
+def test_a_reference_whose_box_never_closes_is_graded_on_its_content(one_worker):
+    outcome = one_worker.verify(r"So the answer is \boxed{42", r"\boxed{42}")
     assert outcome.status is Status.CORRECT
     assert outcome.details["reference_note"] == "unclosed_box"
-    assert verifier.verify(r"So the answer is \boxed{42", r"\boxed{41}").status is Status.INCORRECT  # fmt: skip
-    assert verifier.verify(r"So the answer is \boxed", r"\boxed{41}").status is Status.ERROR
+    assert one_worker.verify(r"So the answer is \boxed{42", r"\boxed{41}").status is Status.INCORRECT  # fmt: skip
+    assert one_worker.verify(r"So the answer is \boxed", r"\boxed{41}").status is Status.ERROR

@@ -1,4 +1,4 @@
-"""Several boxes: list answers (the default, as math-verify compares lists), strict parts, last."""
+"""Several boxes: list answers (the default, as math-verify compares one_worker), strict parts, last."""
 
 import pytest
 
@@ -7,12 +7,6 @@ from forkgym.verifiers.extract import boxed_spans, split_top_level
 from forkgym.verifiers.math_verifier import reference_answer, reference_parts, split_parts
 
 REF = r"(1) The minimum is $\boxed{2}$. (2) The ratio is $\boxed{\frac{1}{2}}$."
-
-
-@pytest.fixture(scope="module")
-def lists():
-    with MathVerifier(timeout=3.0, workers=1, cache_size=0) as v:
-        yield v
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +55,8 @@ def test_boxes_and_top_level_split():
         ("2", r"\boxed{1} was wrong as the second case shows. So \boxed{2}", Status.CORRECT),
     ],
 )
-def test_lists_compare_as_math_verify_compares_them(lists, reference, response, status):
-    assert lists.verify(reference, response).status is status
+def test_lists_compare_as_math_verify_compares_them(one_worker, reference, response, status):
+    assert one_worker.verify(reference, response).status is status
 
 
 def test_a_list_reference_reads_like_a_list_response():
@@ -72,10 +66,10 @@ def test_a_list_reference_reads_like_a_list_response():
     assert reference_answer(r"\boxed{1} papers and \boxed{2} bins") == "1,2"
 
 
-def test_a_multi_part_solution_without_joining_words_is_its_last_box(lists, parts):
+def test_a_multi_part_solution_without_joining_words_is_its_last_box(one_worker, parts):
     """Under list grading the reference's final answer is its last chain of boxes, as for any
     response; a dataset that wants each box graded as a part asks for multi_box="parts"."""
-    assert lists.verify(REF, r"\boxed{\frac{1}{2}}").status is Status.CORRECT
+    assert one_worker.verify(REF, r"\boxed{\frac{1}{2}}").status is Status.CORRECT
     outcome = parts.verify(REF, r"The ratio is $\boxed{\frac{1}{2}}$.")
     assert outcome.status is Status.INCORRECT and outcome.details["reason"] == "parts_missing"
 
@@ -162,7 +156,7 @@ def test_dataset_rows_with_several_boxes_become_list_tasks(tmp_path):
     assert env.step(r"$\boxed{3, -1}$")[4]["status"] == "correct"
 
 
-def test_the_documented_list_rule_holds(lists):
+def test_the_documented_list_rule_holds(one_worker):
     """Every row of the list-answer table in docs/verifier.md grades as the table says."""
     import re
     from pathlib import Path
@@ -172,5 +166,5 @@ def test_the_documented_list_rule_holds(lists):
     rows = re.findall(r"^\| `(.+?)` \| `(.+?)` \| (correct|incorrect)\b", section, re.MULTILINE)
     assert len(rows) >= 8
     for reference, response, verdict in rows:
-        got = lists.verify(reference, response).status.value
+        got = one_worker.verify(reference, response).status.value
         assert got == verdict, (reference, response, got)
