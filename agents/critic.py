@@ -19,6 +19,7 @@ __all__ = [
     "explained_variance",
     "gae",
     "terminal_rewards",
+    "whitened",
 ]
 
 
@@ -196,3 +197,20 @@ def critic_group_centered(
         "baseline_abs_mean": float(base.abs().mean()) if b else 0.0,
     }
     return out, stats
+
+
+def whitened(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Advantages shifted and scaled to zero mean and unit standard deviation over the action
+    tokens of ``mask`` (0 elsewhere); a batch whose advantages are all equal becomes all 0.
+
+    The usual PPO normalisation: it keeps the policy's step size independent of the reward's
+    scale and of how far the critic is from the returns, at the price of a batch-dependent
+    shift (a batch-wide baseline) and scale."""
+    m = _bool(mask)
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    if int(m.sum()) < 2:
+        return torch.where(m, advantages, zero)
+    picked = advantages[m].double()
+    mean, std = picked.mean(), picked.std(unbiased=False)
+    out = (advantages.double() - mean) / (std + eps)
+    return torch.where(m, out.to(advantages.dtype), zero)

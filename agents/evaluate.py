@@ -50,6 +50,7 @@ def evaluate(
     temperature: float = 1.0,
     progress: ProgressCallback | None = None,
     chunk: int = 16,
+    tasks: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """``eval_accuracy`` (greedy pass@1) over ``episodes`` tasks; ``eval_pass@k`` if k > 0.
 
@@ -57,11 +58,14 @@ def evaluate(
     evaluation of a run, and for every estimator compared at the same seed. With
     ``progress(what, done, total)`` the tasks go to the policy ``chunk`` at a time (the
     same tasks and sampling seeds, so the same results up to the float noise of batch
-    composition), and it is told after each chunk; without it, all at once.
+    composition), and it is told after each chunk; without it, all at once. ``tasks``: the
+    task seeds to use instead of the stream's (the benchmark's validation set).
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
-    seeds = task_seeds(seed, "eval", 0, episodes)
+    seeds = task_seeds(seed, "eval", 0, episodes) if tasks is None else list(tasks)
+    if len(seeds) != episodes:
+        raise ValueError(f"{len(seeds)} task seeds given for {episodes} episodes")
     greedy = Rollouts(
         make_env, policy, tokenizer, k=0, greedy=True, max_new_tokens=max_new_tokens, seed=seed
     )

@@ -16,7 +16,9 @@ comparison with the critic-free estimators must hold fixed). Per step:
    for the critic's targets (long chain-of-thought PPO wants ``value_lam = 1``: an unbiased
    target, while the policy keeps a lower-variance ``lam``); optionally the per-response advantages are centred within
    their group (``group_centering``: ``loo`` or ``mean``, see
-   :func:`~forkgym.agents.critic.critic_group_centered` for the bias each adds);
+   :func:`~forkgym.agents.critic.critic_group_centered` for the bias each adds), and
+   optionally whitened over the step's action tokens (``normalize_advantages``: zero mean, unit
+   standard deviation, as most PPO implementations do for RLHF);
 3. the policy trains on the token-level advantages with the configured loss (not ``gspo``,
    whose ratio is per response);
 4. the value model trains on the returns with PPO's clipped value loss, ``value_epochs``
@@ -48,6 +50,7 @@ from .critic import (
     explained_variance,
     gae,
     terminal_rewards,
+    whitened,
 )
 from .logprobs import position_ids_from_mask
 from .passes import MetricMeans, clip_and_step, optimizer_steps
@@ -166,6 +169,7 @@ class PPOOptions:
     value_epochs: int | None = None  # None: the run's ppo_epochs
     value_minibatches: int | None = None  # None: the run's minibatches
     group_centering: str | None = None  # None, "loo" or "mean"
+    normalize_advantages: bool = False  # whiten over the step's action tokens (after centring)
 
     def problems(self, config: TrainConfig) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
@@ -266,6 +270,8 @@ class PPO:
         if self.options.group_centering is not None:
             adv, stats = self._centred(adv, batch, tokens)
             metrics.update({f"critic/centering_{k}": v for k, v in stats.items()})
+        if self.options.normalize_advantages:
+            adv = whitened(adv, mask)
         self._old_values, self._returns = values, returns
         per_response = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
         grid.view(-1)[tokens.index] = per_response

@@ -67,33 +67,28 @@ _add(
     loss="sapo",
     group=True,
 )
+# PPO's critic at its best shot: pretrained for 6 steps on the warm start's own rollouts (the
+# policy frozen, as VC-PPO pretrains its value model; those tokens count in the budget), two
+# epochs of its own per step, its own learning rate (swept: `tune_value_lrs`), whitened
+# advantages
+_CRITIC = {"lam": 0.95, "value_lam": 1.0, "value_warmup_steps": 6, "value_epochs": 2, "normalize_advantages": True}  # fmt: skip
 _add(
     "ppo",
     "PPO with a learned critic (a separate value model, GAE over action tokens)",
     algorithm="ppo",
-    algorithm_kwargs={"lam": 0.95, "value_lam": 1.0, "value_warmup_steps": 2},
+    algorithm_kwargs=_CRITIC,
 )
 _add(
     "ppo_shared",
     "PPO with a value head on the policy's trunk",
     algorithm="ppo",
-    algorithm_kwargs={
-        "lam": 0.95,
-        "value_lam": 1.0,
-        "value_model": "shared",
-        "value_warmup_steps": 2,
-    },
+    algorithm_kwargs={**_CRITIC, "value_model": "shared"},
 )
 _add(
     "ppo_hybrid",
     "critic + group centring: GAE advantages centred by the group's leave-one-out mean",
     algorithm="ppo",
-    algorithm_kwargs={
-        "lam": 0.95,
-        "value_lam": 1.0,
-        "group_centering": "loo",
-        "value_warmup_steps": 2,
-    },
+    algorithm_kwargs={**_CRITIC, "group_centering": "loo", "normalize_advantages": False},
     group=True,
 )
 _add(

@@ -3,13 +3,15 @@
 A :class:`Regime` is one side of the seed's boundary: a task, a group size and a budget of
 generated tokens that every method in it spends. Within a regime every method starts from the
 same warm start (SFT on gold demonstrations until held-out greedy accuracy reaches
-``warm_accuracy``), trains on the same task seeds at the same learning rate and batch, and is
-evaluated on the same held-out tasks at the same fractions of the budget.
+``warm_accuracy``), trains on the same task seeds and batch at the learning rate its own sweep
+chose (``tune_lrs`` on the preset's ``tune_seed``, scored on validation tasks that no report
+uses: :mod:`forkgym.agents.bench.tuning`), and is evaluated on the same held-out tasks at the
+same fractions of the budget.
 
 * ``smoke``: a check of the machinery for CI (a minute or two): tiny budget, two seeds.
-* ``quick``: six methods and three seeds on the quickstart's task (2-digit sums, worked
-  answers) at K = 8, 12.5 minutes on a 2-core CPU (TRL included); TRL's GRPOTrainer beside them when
-  the ``bench`` extra is there.
+* ``quick``: six methods and five seeds on the quickstart's task (2-digit sums, worked
+  answers) at K = 8, 200 evaluation tasks, each method's learning rate swept first; TRL's
+  GRPOTrainer beside them when the ``bench`` extra is there.
 * ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
   multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
 """
@@ -43,6 +45,12 @@ class Regime:
     lr: float = 1e-4
     length_edges: tuple[int, ...] = (4, 8, 16, 32)
     checkpoint_every: int = 5  # steps; an interrupted run resumes from here
+    # the learning-rate sweep every method gets on the preset's tuning seed (empty: none, every
+    # method at `lr`); PPO's methods sweep their critic's learning rate too
+    tune_lrs: tuple[float, ...] = ()
+    tune_value_lrs: tuple[float, ...] = ()
+    ceiling_prompts: int = 0  # > 0: the critic ceiling on this many fresh prompts (PPO's regimes)
+    validation: bool = False  # True in tuning runs: evaluated on the validation set
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Preset:
     seeds: tuple[int, ...]
     eval_episodes: int
     eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    tune_seed: int | None = None  # the seed of the tuning runs (never a reported seed)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,6 +79,9 @@ _SMOKE = Regime(
     warm_batch_size=16,
     lr=1e-4,
     checkpoint_every=2,
+    tune_lrs=(1e-4, 3e-4),
+    tune_value_lrs=(1e-4, 1e-3),
+    ceiling_prompts=2,
 )
 
 _QUICK = Regime(
@@ -86,6 +98,9 @@ _QUICK = Regime(
     warm_max_tokens=2_000_000,
     lr=2e-4,
     length_edges=(8, 16, 24, 32),
+    tune_lrs=(1e-4, 2e-4, 4e-4),
+    tune_value_lrs=(2e-4, 1e-3),
+    ceiling_prompts=8,
 )
 
 _ARITH_FULL = Regime(
@@ -118,11 +133,14 @@ _ARITH_FULL = Regime(
     warm_accuracy=0.2,
     warm_max_tokens=2_000_000,
     length_edges=(8, 16, 24, 32),
+    tune_lrs=(1e-4, 2e-4, 4e-4),
+    tune_value_lrs=(2e-4, 1e-3),
+    ceiling_prompts=8,
 )
 
 PRESETS: dict[str, Preset] = {
-    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16),
-    "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2), eval_episodes=100),
+    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16, tune_seed=100),
+    "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2, 3, 4), eval_episodes=200, tune_seed=100),
     "full": Preset(
         "full",
         (
@@ -140,6 +158,8 @@ PRESETS: dict[str, Preset] = {
                 warm_accuracy=0.25,
                 warm_max_tokens=2_000_000,
                 length_edges=(16, 32, 48, 64),
+                tune_lrs=(1e-4, 2e-4, 4e-4),
+                tune_value_lrs=(2e-4, 1e-3),
             ),
             replace(
                 _ARITH_FULL,
@@ -150,8 +170,9 @@ PRESETS: dict[str, Preset] = {
                 methods=("reinforce", "reinforce_ema", "remax", "ppo", "raft", "sft"),
             ),
         ),
-        seeds=(0, 1, 2),
+        seeds=(0, 1, 2, 3, 4),
         eval_episodes=200,
+        tune_seed=100,
     ),
 }
 

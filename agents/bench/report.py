@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ..runlog import read_metrics
+from .ceiling import ceiling_table
 from .held_out import overlap
 from .methods import resolve_method
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
+from .tuning import tuning_table
 
 __all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
 
@@ -59,6 +61,7 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
         critic = {
             "value_loss_first": _mean(head, "critic/value_loss"),
             "value_loss_last": _mean(tail, "critic/value_loss"),
+            "explained_variance_first": _mean(head, "critic/explained_variance"),
             "explained_variance_last": _mean(tail, "critic/explained_variance"),
             "value_clip_frac": _mean(rows, "critic/value_clip_frac"),
         }
@@ -245,7 +248,7 @@ def write_report(
             "",
             f"{regime.about}. `{regime.env}` {json.dumps(regime.env_kwargs)}, K = {regime.k} x "
             f"{regime.prompts_per_step} prompts per step, at most {regime.max_new_tokens} new "
-            f"tokens per turn, lr {regime.lr:g}; budget {regime.budget_tokens:,} generated "
+            f"tokens per turn, {_lr_words(regime, preset)}; budget {regime.budget_tokens:,} generated "
             f"tokens per run. Warm start: held-out {warm['accuracy']:.3f} after "
             f"{warm['sft_tokens']:,} SFT tokens.",
             "",
@@ -275,6 +278,7 @@ def write_report(
             ),
             "",
         ]
+        body += tuning_table(out, regime, preset)
         critics = {m: rs for m, rs in runs.items() if rs and rs[0].critic}
         if critics:
             body += [
@@ -292,6 +296,7 @@ def write_report(
                     f"{statistics.fmean(x['value_clip_frac'] for x in c):.3f} |"
                 )
             body.append("")
+            body += ceiling_table(out, regime, {m: [r.critic for r in rs] for m, rs in critics.items()})  # fmt: skip
         if "trl_grpo" in runs and "grpo" in runs:
             body += _trl_section(runs["grpo"], runs["trl_grpo"])
         body += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in pics] + [""]
@@ -299,6 +304,12 @@ def write_report(
     path.write_text("\n".join(lines + summary + [""] + body) + "\n")
     log(f"report: {path}")
     return path
+
+
+def _lr_words(regime: Regime, preset: Preset) -> str:
+    if regime.tune_lrs and preset.tune_seed is not None:
+        return "each method at the learning rate its own sweep chose (below)"
+    return f"lr {regime.lr:g}"
 
 
 def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
@@ -334,7 +345,8 @@ def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
 
 def check_report(out: str | Path, preset: Preset, methods: list[str] | None = None) -> list[str]:
     """What is wrong with a finished benchmark folder (nothing: ``[]``): every run complete,
-    every forkgym run within one step of the budget, the report's sections and plots there,
+    every forkgym run within one step of the budget, every method's learning-rate sweep
+    recorded on a seed the report does not use, the report's sections and plots there,
     each plot a PNG that matplotlib reads back."""
     import matplotlib.image
 
@@ -358,6 +370,12 @@ def check_report(out: str | Path, preset: Preset, methods: list[str] | None = No
             method = resolve_method(name)
             if method.kind == "trl" or (method.needs_group and regime.k < 2):
                 continue
+            if preset.tune_seed is not None and regime.tune_lrs:
+                record = out / regime.name / "tune" / f"{name}.json"
+                if not record.exists() or not json.loads(record.read_text())["scores"]:
+                    problems.append(f"{regime.name}/{name}: no learning-rate sweep recorded")
+                if preset.tune_seed in [r.seed for r in runs.get(name, [])]:
+                    problems.append(f"{regime.name}/{name}: the tuning seed is a reported seed")
             seeds = sorted(r.seed for r in runs.get(name, []))
             if seeds != sorted(preset.seeds):
                 problems.append(f"{regime.name}/{name}: runs for seeds {seeds}, want {list(preset.seeds)}")  # fmt: skip

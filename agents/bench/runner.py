@@ -15,6 +15,7 @@ without ``done.json`` starts again (they are short and have no mid-run checkpoin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -23,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TrainConfig
+from .ceiling import measure_ceilings
 from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
+from .tuning import apply, label, tune
 
 __all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
 
@@ -95,6 +98,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
 
 
 def _train_config(regime: Regime, preset: Preset, method: Method, seed: int, model: str, folder: Path) -> TrainConfig:  # fmt: skip
+    first_eval = int(regime.budget_tokens * min(preset.eval_fractions))
     values: dict[str, Any] = dict(
         model=model,
         env=regime.env,
@@ -107,7 +111,8 @@ def _train_config(regime: Regime, preset: Preset, method: Method, seed: int, mod
         max_new_tokens=regime.max_new_tokens,
         lr=regime.lr,
         eval_every=0,
-        eval_every_tokens=max(1, int(regime.budget_tokens * min(preset.eval_fractions))),
+        # a tuning run is scored once, at the end, on the validation set (run_rl)
+        eval_every_tokens=None if regime.validation else max(1, first_eval),
         eval_at_start=False,  # the warm start's accuracy is measured once per regime
         eval_episodes=preset.eval_episodes,
         eval_k=0,
@@ -134,6 +139,9 @@ def run_rl(regime: Regime, preset: Preset, method: Method, seed: int, model: str
     if resume:
         log(f"    resuming {folder.name} at step {trainer.step}")
     trainer.run()
+    if regime.validation:  # a tuning run: its score on the validation set, at the end
+        scored = regime_held_out(trainer.model, trainer.tokenizer, regime, preset.eval_episodes)
+        _write_json(folder / "validation.json", scored)
 
 
 def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path, log: Log) -> None:
@@ -239,22 +247,34 @@ def run_bench(
             if method.kind == "trl" and _max_turns(regime) > 1:
                 log(f"  skip {name}: its reward grades one completion; {regime.env} is multi-turn")
                 continue
+
+            one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
+            choice = tune(out, regime, preset, method, one_run, log)["choice"]
+            tuned_regime, tuned_method = apply(regime, method, choice)
             for seed in seeds or preset.seeds:
                 folder = run_dir(out, regime, name, seed)
                 if (folder / "done.json").exists():
                     continue
-                log(f"  {name} seed {seed}")
+                log(f"  {name} seed {seed} ({label(choice)})")
                 t0 = time.perf_counter()
-                if method.kind == "sft":
-                    run_sft(regime, preset, seed, warm["model"], folder, log)
-                elif method.kind == "trl":
-                    from .trl_run import run_trl
-
-                    run_trl(regime, preset, seed, warm["model"], folder)
-                else:
-                    run_rl(regime, preset, method, seed, warm["model"], folder, log)
-                _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0})  # fmt: skip
+                one_run(tuned_regime, tuned_method, seed, folder)
+                _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0, "setting": choice})  # fmt: skip
+        if regime.ceiling_prompts and "ppo" in names:
+            first = run_dir(out, regime, "ppo", min(seeds or preset.seeds))
+            measure_ceilings(out, regime, warm["model"], first, log)
     return write_report(out, preset, log=log, command=command)
+
+
+def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset: Preset, model: str, log: Log) -> None:  # fmt: skip
+    """One run of ``method`` from the warm start ``model``, whatever its kind."""
+    if method.kind == "sft":
+        run_sft(regime, preset, seed, model, folder, log)
+    elif method.kind == "trl":
+        from .trl_run import run_trl
+
+        run_trl(regime, preset, seed, model, folder)
+    else:
+        run_rl(regime, preset, method, seed, model, folder, log)
 
 
 def _max_turns(regime: Regime) -> int:

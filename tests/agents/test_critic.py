@@ -7,7 +7,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forkgym.agents.critic import clipped_value_loss, critic_group_centered, gae, terminal_rewards
+from forkgym.agents.critic import (
+    clipped_value_loss,
+    critic_group_centered,
+    gae,
+    terminal_rewards,
+    whitened,
+)
 
 
 def textbook_gae(rewards, values, gamma, lam):
@@ -157,3 +163,15 @@ def test_explained_variance_is_undefined_without_variance_in_the_returns():
     returns = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
     assert explained_variance(returns, returns) == 1.0
     assert explained_variance(returns, torch.full((4,), 0.5, dtype=torch.float64)) == 0.0
+
+
+def test_whitening_uses_action_tokens_only_and_leaves_a_constant_batch_at_zero():
+    adv = torch.tensor([[1.0, 2.0, 99.0], [3.0, 4.0, -50.0]])
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    out = whitened(adv, mask)
+    kept = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    expected = (kept - kept.mean()) / kept.std(unbiased=False)
+    assert torch.allclose(out[mask].double(), expected, atol=1e-6)
+    assert out[~mask].eq(0).all()
+    assert whitened(torch.full((2, 3), 0.7), mask).eq(0).all()
+    assert torch.equal(whitened(adv, torch.zeros_like(mask)), torch.zeros_like(adv))

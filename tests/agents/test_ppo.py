@@ -54,6 +54,20 @@ def test_the_first_advantages_are_the_returns_and_the_critic_learns(model):
     assert losses[-1] < losses[0] / 2
 
 
+def test_normalised_advantages_are_the_plain_ones_whitened_over_action_tokens(model):
+    tokens = tokens_of(["correct", "incorrect", "correct"], [3, 4, 2])
+    batch = _batch_for(tokens)
+    plain = build_algorithm(TrainConfig(algorithm="ppo", k=3), model).advantages(batch, tokens)
+    cfg = TrainConfig(algorithm="ppo", k=3, algorithm_kwargs={"normalize_advantages": True})
+    adv = build_algorithm(cfg, model).advantages(batch, tokens)
+    mask = tokens.action_mask
+    picked = plain.rows[mask].double()
+    expected = (picked - picked.mean()) / picked.std(unbiased=False)
+    assert torch.allclose(adv.rows[mask].double(), expected, atol=1e-6)
+    assert adv.rows[~mask].eq(0).all()
+    assert abs(float(adv.rows[mask].mean())) < 1e-6  # a batch-wide baseline
+
+
 def _batch_for(tokens):
     """The RolloutBatch the rows of tokens_of came from (one group, all valid)."""
     eps = []

@@ -14,7 +14,7 @@ def _split(text: str | None) -> list[str] | None:
 
 def bench(
     preset: Annotated[
-        str, typer.Option(help="smoke (CI), quick (12.5 min on 2 cores) or full.")
+        str, typer.Option(help="smoke (CI), quick (about 31 min on 2 cores) or full.")
     ] = "quick",
     out: Annotated[
         Path | None,

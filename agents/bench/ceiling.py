@@ -1,0 +1,250 @@
+"""The most variance any critic can explain on a policy's own rollouts, by Monte Carlo.
+
+PPO's critic is scored by the explained variance of its values against the returns over
+action tokens, ``1 - Var(R - V) / Var(R)``; with ``value_lam = 1`` and one reward at the end,
+every token's return is the episode's reward ``R``. The function that minimises the squared
+error is the policy's exact value, ``V(s) = P(correct | prefix s)``, so its explained variance
+is a ceiling for every critic, whatever its size or training. :func:`ceiling_batch` estimates
+it on one batch of the policy's samples: for every action token of every sampled response it
+samples ``m`` continuations of the prefix before that token (same policy, temperature, stop
+tokens and remaining budget as the rollout), grades each with the environment, and takes the
+fraction correct as ``V``. That estimate's own sampling noise adds ``V(1 - V) / m`` to the
+squared error on average; its unbiased estimate ``p(1 - p) / (m - 1)`` per prefix is
+subtracted.
+
+Beside it, two references a critic can be read against: each prompt's exact success rate held
+for the whole response (the exact prompt-level value: a perfect group baseline), and RLOO's
+real baseline, the mean reward of the response's K - 1 group mates (a group mean that
+includes the response itself would be R's rescaled residual, not a baseline). Every figure has
+a 95% bootstrap interval over the batch's prompts.
+
+Single-turn environments only (a prefix is continued by one generation). The benchmark
+(:func:`measure_ceilings`) measures it on fresh prompts at the warm start and at the end of
+PPO's first reported seed; ``benchmarks/critic_ceiling.py`` runs it on any model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["FIGURES", "ceiling_batch", "ceiling_table", "measure_ceilings"]
+
+# (key, what it is, the value column, the noise column taken out of the squared error)
+FIGURES: tuple[tuple[str, str, str, str | None], ...] = (
+    ("exact_value", "the exact value P(correct \\| prefix)", "v", "noise"),
+    ("exact_value_uncorrected", "the same, uncorrected (m continuations' mean)", "v", None),
+    ("prompt_value", "each prompt's exact success rate (a perfect group baseline)", "pv", "pnoise"),
+    ("rloo_baseline", "RLOO's baseline: the mean of the K - 1 group mates", "loo", None),
+)
+CEILING_SEED = 30_000  # the ceiling's prompts: a train-side stream no run draws
+
+
+def _grade(env: Any, tokenizer: Any, task_id: str, ids: list[int], stops: tuple[int, ...], stopped: bool) -> float:  # fmt: skip
+    """The reward the rollout would record for this response."""
+    env.reset(options={"task_id": task_id})
+    if not stopped:
+        return env.truncate("max_tokens")[4]["outcome"].reward
+    content = ids[:-1] if ids and ids[-1] in stops else ids
+    return env.step(tokenizer.decode(content, skip_special_tokens=False))[4]["outcome"].reward
+
+
+def ceiling_batch(
+    policy: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    *,
+    max_new_tokens: int,
+    prompts: int,
+    k: int,
+    m: int,
+    seed: int,
+    batch: int,
+    bootstrap: int = 1000,
+) -> dict[str, Any]:
+    """One batch of fresh train-side prompts (stream ``seed``, step ``batch``): every figure of
+    :data:`FIGURES` as ``{"point", "low", "high"}`` (None where undefined), with the batch's
+    size, accuracy and the number of continuations."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.envs.base import on_side
+
+    from ..policy import GenerationRequest, SamplingParams
+    from ..rollout import Rollouts, stop_token_ids
+    from ..seeds import request_seed, task_seeds
+
+    env_kwargs = on_side(env_kwargs, "train")
+    stops = stop_token_ids(tokenizer)
+    runner = Rollouts(lambda: gym.make(env_id, **env_kwargs), policy, tokenizer, k=k,
+                      max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)  # fmt: skip
+    rollouts = runner.collect(task_seeds(seed, "train", batch, prompts))
+    env = gym.make(env_id, **env_kwargs)
+    rows: dict[str, list[float]] = {c: [] for c in ("r", "v", "noise", "pv", "pnoise", "loo", "prompt")}  # fmt: skip
+    continuations = 0
+    for g, group in enumerate(rollouts.groups):
+        valid = [ep for ep in group.sampled if ep.valid]
+        total = sum(ep.reward for ep in valid)
+        for ep in valid:
+            actions = ep.token_ids[ep.prompt_len :]
+            requests = [  # the state before action token j, continued m times
+                GenerationRequest(
+                    tuple(ep.token_ids[: ep.prompt_len + j]),
+                    SamplingParams(
+                        max_new_tokens=max_new_tokens - j,
+                        temperature=1.0,
+                        stop_token_ids=stops,
+                        seed=request_seed(seed, "ceiling", batch, g, ep.branch, j, c),
+                    ),
+                )
+                for j in range(len(actions))
+                for c in range(m)
+            ]
+            continuations += len(requests)
+            outs = policy.generate(requests)
+            loo = (total - ep.reward) / (len(valid) - 1) if len(valid) > 1 else math.nan
+            first = len(rows["v"])
+            for j in range(len(actions)):
+                scores = [
+                    _grade(env, tokenizer, ep.task_id, actions[:j] + list(o.token_ids), stops,
+                           o.finish_reason == "stop")
+                    for o in outs[j * m : (j + 1) * m]
+                ]  # fmt: skip
+                p = sum(scores) / m
+                var = sum((s - p) ** 2 for s in scores) / (m - 1)
+                rows["r"].append(ep.reward)
+                rows["v"].append(p)
+                rows["noise"].append(var / m)
+                rows["pv"].append(rows["v"][first])  # the value before the first token
+                rows["pnoise"].append(rows["noise"][first])
+                rows["loo"].append(loo)
+                rows["prompt"].append(g)
+    env.close()
+    t = {c: torch.tensor(v, dtype=torch.float64) for c, v in rows.items()}
+
+    def ev(index: torch.Tensor, value: str, noise: str | None) -> float:
+        r, v = t["r"][index], t[value][index]
+        var_r = float(r.var(unbiased=False)) if len(r) else 0.0
+        if var_r == 0 or bool(torch.isnan(v).any()):
+            return math.nan
+        residual = float(((r - v) ** 2).mean())
+        if noise is not None:
+            residual -= float(t[noise][index].mean())
+        return 1 - residual / var_r
+
+    everything = torch.arange(len(rows["r"]))
+    by_prompt = [everything[t["prompt"] == g] for g in sorted(set(rows["prompt"]))]
+    gen = torch.Generator().manual_seed(seed + batch)
+    draws = [torch.randint(len(by_prompt), (len(by_prompt),), generator=gen) for _ in range(bootstrap if by_prompt else 0)]  # fmt: skip
+    resamples = [torch.cat([by_prompt[i] for i in draw]) for draw in draws]
+    figures: dict[str, Any] = {}
+    for key, _, value, noise in FIGURES:
+        point = ev(everything, value, noise)
+        boot = sorted(x for x in (ev(i, value, noise) for i in resamples) if x == x)
+        low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
+        figures[key] = {"point": None if point != point else point, "low": low, "high": high}
+    return {
+        "batch": batch,
+        "responses": int(rollouts.valid.sum()),
+        "accuracy": float(rollouts.correct.float().mean()),
+        "action_tokens": len(rows["r"]),
+        "continuations": continuations,
+        "figures": figures,
+    }
+
+
+def measure_ceilings(
+    out: Path,
+    regime: Any,
+    warm_model: str,
+    ppo_run: Path,
+    log: Callable[[str], None],
+    *,
+    batches: int = 2,
+    m: int = 8,
+) -> dict[str, Any]:
+    """The ceiling of ``regime`` (cached in ``OUT/REGIME/ceiling.json``) at the warm start and
+    at the end of the ``ppo`` run in ``ppo_run`` (its last checkpoint): ``batches`` batches of
+    ``regime.ceiling_prompts`` fresh prompts each, ``m`` continuations per prefix."""
+    from ..hf_policy import HFPolicy
+    from ..models import load_policy_model
+
+    path = out / regime.name / "ceiling.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    checkpoints = sorted((ppo_run / "checkpoints").glob("step_*[0-9]"))
+    models = {"warm start": warm_model}
+    if checkpoints:
+        models[f"after {ppo_run.name} ({checkpoints[-1].name})"] = str(checkpoints[-1])
+    result: dict[str, Any] = {"m": m, "prompts": regime.ceiling_prompts, "k": regime.k, "policies": {}}  # fmt: skip
+    for name, folder in models.items():
+        t0 = time.perf_counter()
+        model, tokenizer = load_policy_model(folder)
+        model.eval()
+        policy = HFPolicy(model, tokenizer, seed=CEILING_SEED)
+        shape = dict(max_new_tokens=regime.max_new_tokens, prompts=regime.ceiling_prompts, k=regime.k, m=m)  # fmt: skip
+        per_batch = []
+        for b in range(batches):
+            per_batch.append(ceiling_batch(policy, tokenizer, regime.env, regime.env_kwargs, seed=CEILING_SEED, batch=b, **shape))  # fmt: skip
+        result["policies"][name] = {"batches": per_batch, "seconds": time.perf_counter() - t0}
+        exact = [b["figures"]["exact_value"]["point"] for b in per_batch]
+        log(f"  critic ceiling, {name}: exact value's explained variance {exact} ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _span(f: dict[str, Any]) -> str:
+    if f["point"] is None:
+        return "undefined"
+    if f["low"] is None:
+        return f"{f['point']:.3f}"
+    return f"{f['point']:.3f} [{f['low']:.3f}, {f['high']:.3f}]"
+
+
+def ceiling_table(out: Path, regime: Any, critics: dict[str, list[dict[str, float]]]) -> list[str]:
+    """The report's lines comparing the learned critics' explained variance on fresh batches
+    (each step's, measured before the critic trains on it) with the exact value and the exact
+    prompt-level value (nothing when the ceiling was not measured)."""
+    from .stats import interval
+
+    path = out / regime.name / "ceiling.json"
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    policies = record["policies"]
+    headers = [
+        f"{name} (batch {b['batch']}, accuracy {b['accuracy']:.2f})"
+        for name, p in policies.items()
+        for b in p["batches"]
+    ]
+    lines = [
+        f"The critics against their references, every figure an explained variance over action "
+        f"tokens against the 0/1 reward. References by Monte Carlo ({record['m']} continuations "
+        f"per prefix, noise-corrected) on fresh batches of {record['prompts']} train-side prompts "
+        f"x K = {record['k']}, each with a 95% bootstrap interval over the batch's prompts; the "
+        "critics' figures are their own logged values on each step's fresh batch (before they "
+        "train on it), the mean over the first / last quarter of steps, with a 95% interval over "
+        "seeds.",
+        "",
+        "| | " + " | ".join(headers) + " |",
+        "|---|" + "---|" * sum(len(p["batches"]) for p in policies.values()),
+    ]
+    for key, what, _, _ in FIGURES:
+        cells = [_span(b["figures"][key]) for p in policies.values() for b in p["batches"]]
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for method, runs in critics.items():
+        quarters = []
+        for which in ("first", "last"):
+            values = [r.get(f"explained_variance_{which}") for r in runs]
+            values = [v for v in values if v is not None and v == v]
+            quarters.append(f"{which} quarter {interval(values) if values else 'undefined'}")
+        lines.append(f"- {method}'s critic on fresh batches: {', '.join(quarters)}.")
+    return [*lines, ""]

@@ -1,0 +1,57 @@
+"""The critic ceiling by Monte Carlo: its figures, their invariants, and the report's table."""
+
+import json
+import math
+
+import pytest
+
+from forkgym.agents.bench import PRESETS
+from forkgym.agents.bench.ceiling import FIGURES, ceiling_batch, ceiling_table
+from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.models import load_policy_model
+from tests.conftest import WARM_ENV_KWARGS
+
+pytestmark = pytest.mark.float_sensitive  # sampled rollouts: CI runs it again on other kernels
+
+
+@pytest.fixture(scope="module")
+def result(warm_model_dir):
+    model, tokenizer = load_policy_model(warm_model_dir)
+    model.eval()
+    policy = HFPolicy(model, tokenizer, seed=0)
+    env = "forkgym/Arithmetic-v0"
+    # 24 responses at ~20% accuracy: all equal (undefined figures) with probability < 1%
+    shape = dict(max_new_tokens=12, prompts=6, k=4, m=4, seed=5, batch=0, bootstrap=200)
+    return ceiling_batch(policy, tokenizer, env, WARM_ENV_KWARGS, **shape)
+
+
+def test_every_figure_is_there_with_an_interval(result):
+    assert set(result["figures"]) == {key for key, *_ in FIGURES}
+    assert result["responses"] == 24 and result["action_tokens"] >= 9
+    # every prefix of every response is continued m = 4 times
+    assert result["continuations"] == 4 * result["action_tokens"]
+    for f in result["figures"].values():
+        if f["point"] is not None:
+            assert f["point"] <= 1.0 and f["low"] <= f["high"]
+
+
+def test_taking_the_estimates_noise_out_can_only_raise_the_exact_values_figure(result):
+    exact, raw = result["figures"]["exact_value"], result["figures"]["exact_value_uncorrected"]
+    if exact["point"] is None:
+        pytest.skip("every sampled reward was equal: explained variance is undefined")
+    assert exact["point"] >= raw["point"] - 1e-12
+
+
+def test_the_report_sets_the_critics_beside_both_references(tmp_path, result):
+    regime = PRESETS["smoke"].regimes[0]
+    (tmp_path / regime.name).mkdir()
+    record = {"m": 4, "prompts": 6, "k": 4, "policies": {"warm start": {"batches": [result]}}}
+    (tmp_path / regime.name / "ceiling.json").write_text(json.dumps(record))
+    critics = {"ppo": [{"explained_variance_first": 0.01, "explained_variance_last": 0.03},
+                       {"explained_variance_first": -0.01, "explained_variance_last": math.nan}]}  # fmt: skip
+    text = "\n".join(ceiling_table(tmp_path, regime, critics))
+    assert "the exact value P(correct \\| prefix)" in text  # the pipe escaped in the table
+    assert "each prompt's exact success rate" in text and "RLOO's baseline" in text
+    assert "ppo's critic on fresh batches: first quarter 0.000 ± " in text
+    assert "last quarter 0.030" in text  # the undefined seed enters no mean
+    assert ceiling_table(tmp_path / "elsewhere", regime, critics) == []
