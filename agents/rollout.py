@@ -17,12 +17,19 @@ A turn that hits ``max_new_tokens`` without a stop token ends the episode as ``t
 per turn, final outcome and wall time are kept; per group, how long its branches idled
 waiting for the slowest one (the group barrier, docs/design.md S9); for multi-turn envs,
 whether the greedy branch left every sampled branch's path (S4).
+
+:meth:`Rollouts.starts_within` and :meth:`Rollouts.finish` continue an episode from any of its
+action tokens: the env replayed to the start of that token's turn and forked (tool results and
+random state come back exactly), the turn's tokens so far kept, the rest generated and played
+to the end. A greedy continuation reproduces a greedy episode token for token (tested); sampled
+ones are the Monte Carlo estimates of a state's value (``agents/bench/ceiling.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .batch import RolloutBatch, RolloutCost
@@ -33,9 +40,26 @@ from .seeds import sampling_seed
 __all__ = [
     "ChatTokens",
     "Rollouts",
+    "Start",
     "TemplateError",
     "stop_token_ids",
 ]
+
+
+@dataclass
+class Start:
+    """A state inside an episode to continue from (:meth:`Rollouts.finish`): ``env`` at the
+    start of the current turn (its own copy: a fork), the episode's token ids so far, the
+    conversation before the current turn, and how many of the last ids are tokens this turn
+    has generated already (0: the turn has not begun). ``key`` and ``branch`` key the
+    continuation's sampling seeds."""
+
+    env: Any
+    token_ids: list[int]
+    messages: list[dict[str, str]]
+    partial: int = 0
+    key: int = 0
+    branch: int = 0
 
 
 class TemplateError(RuntimeError):
@@ -208,33 +232,10 @@ class Rollouts:
             still: list[tuple[Episode, Any, list[dict[str, str]]]] = []
             t0 = time.perf_counter()
             for (episode, env, messages), gen in zip(live, generations, strict=True):
-                ids = list(gen.token_ids)
-                episode.token_ids += ids
-                episode.action_mask += [1] * len(ids)
-                episode.logprobs += list(gen.logprobs)
-                cost.tokens_generated += len(ids)
-                if episode.kind == "greedy":
-                    cost.greedy_tokens += len(ids)
-                content_ids = ids[:-1] if ids and ids[-1] in self.stop else ids
-                action = self.tokenizer.decode(content_ids, skip_special_tokens=False)
-                episode.actions.append(action)
-                if gen.finish_reason != "stop":
-                    _, _, _, _, info = env.truncate("max_tokens")
-                    episode.truncated = True
-                else:
-                    obs, _, terminated, truncated, info = env.step(action)
-                    if not (terminated or truncated):
-                        added = self.chat.continuation(obs["messages"], len(messages) + 1)
-                        episode.token_ids += added
-                        episode.action_mask += [0] * len(added)
-                        episode.logprobs += [0.0] * len(added)
-                        still.append((episode, env, list(obs["messages"])))
-                episode.statuses.append(info["status"])
-                if "outcome" in info:
-                    episode.outcome = info["outcome"]
-                    episode.truncated = (
-                        episode.truncated or info["outcome"].status.value == "truncated"
-                    )
+                following = self._apply(episode, env, messages, gen, cost)
+                if following is not None:
+                    still.append((episode, env, following))
+                elif episode.outcome is not None:
                     done_at[id(episode)] = time.perf_counter()
                     episode.wall_s = done_at[id(episode)] - start
             cost.env_s += time.perf_counter() - t0
@@ -250,6 +251,123 @@ class Rollouts:
                     ep.actions[:1] != group.greedy.actions[:1] for ep in group.sampled
                 )
         return RolloutBatch.from_groups(groups, self.k, cost)
+
+    def _apply(
+        self,
+        episode: Episode,
+        env: Any,
+        messages: list[dict[str, str]],
+        gen: Any,
+        cost: RolloutCost,
+        partial: int = 0,
+    ) -> list[dict[str, str]] | None:
+        """Append one generation to ``episode`` and play it in ``env``: the conversation to
+        continue from (the env answered and the episode goes on), or None (it ended; its
+        outcome, if any, is set). ``partial``: how many of the episode's last ids are this
+        turn's tokens generated before ``gen`` (a continuation from inside a turn)."""
+        ids = list(gen.token_ids)
+        turn_ids = (episode.token_ids[len(episode.token_ids) - partial :] if partial else []) + ids
+        episode.token_ids += ids
+        episode.action_mask += [1] * len(ids)
+        episode.logprobs += list(gen.logprobs)
+        cost.tokens_generated += len(ids)
+        if episode.kind == "greedy":
+            cost.greedy_tokens += len(ids)
+        content_ids = turn_ids[:-1] if turn_ids and turn_ids[-1] in self.stop else turn_ids
+        action = self.tokenizer.decode(content_ids, skip_special_tokens=False)
+        episode.actions.append(action)
+        following = None
+        if gen.finish_reason != "stop":
+            _, _, _, _, info = env.truncate("max_tokens")
+            episode.truncated = True
+        else:
+            obs, _, terminated, truncated, info = env.step(action)
+            if not (terminated or truncated):
+                added = self.chat.continuation(obs["messages"], len(messages) + 1)
+                episode.token_ids += added
+                episode.action_mask += [0] * len(added)
+                episode.logprobs += [0.0] * len(added)
+                following = list(obs["messages"])
+        episode.statuses.append(info["status"])
+        if "outcome" in info:
+            episode.outcome = info["outcome"]
+            episode.truncated = episode.truncated or info["outcome"].status.value == "truncated"
+        return following
+
+    def starts_within(
+        self,
+        episode: Episode,
+        task_seed: int,
+        positions: Sequence[int],
+        copies: int = 1,
+        key: Callable[[int], int] = lambda i: i,
+    ) -> list[Start]:
+        """The states before the action tokens at ``positions`` (indices into the episode's
+        ids) of ``episode``, collected from ``task_seed``: ``copies`` starts each (branches
+        0 .. copies - 1, keyed by ``key(position)``), each with its own fork of the env at the
+        start of the position's turn, rebuilt by replaying the episode's actions (the env's
+        tool results and random state come back exactly)."""
+        env = self.make_env()
+        obs, _ = env.reset(seed=task_seed)
+        turns = [(env.unwrapped.fork(), list(obs["messages"]))]  # the env at each turn's start
+        for action in episode.actions[:-1]:
+            obs, *_ = env.step(action)
+            turns.append((env.unwrapped.fork(), list(obs["messages"])))
+        env.close()
+        wanted = set(positions)
+        starts, turn, run = [], -1, 0
+        for i, action in enumerate(episode.action_mask):
+            if not action:
+                run = 0
+                continue
+            turn += int(run == 0)
+            if i in wanted:
+                base, messages = turns[turn]
+                for c in range(copies):
+                    starts.append(Start(base.fork(), episode.token_ids[:i], messages, run, key(i), c))  # fmt: skip
+            run += 1
+        if len(starts) != copies * len(wanted):
+            raise ValueError("every position must be an action token of the episode")
+        return starts
+
+    def finish(
+        self, starts: Sequence[Start], stream: str, step: int = 0, greedy: bool = False
+    ) -> list[Episode]:
+        """Run each of ``starts`` (a state inside an episode) to the episode's end, all of them
+        batched turn by turn as :meth:`collect` runs groups: the Monte Carlo continuations of
+        a value estimate. A start's env is used up (pass a fork); its sampling seeds are keyed
+        by ``(stream, step, start.key, start.branch, turn)``, the turn counted from the start
+        (``greedy``: no sampling; a greedy episode's remainder comes back token for token).
+        Returns one episode per start: the start's ids, then the continuation (its action
+        mask 1), its outcome set."""
+        cost = RolloutCost()
+        live = []
+        for start in starts:
+            episode = Episode(
+                group=start.key, branch=start.branch, kind="greedy" if greedy else "sampled", task_id="",
+                token_ids=list(start.token_ids), action_mask=[0] * len(start.token_ids),
+                logprobs=[0.0] * len(start.token_ids), prompt_len=len(start.token_ids),
+                weight_version=self.policy.weight_version,
+            )  # fmt: skip
+            if start.partial > self.max_new_tokens:
+                raise ValueError(f"a start {start.partial} tokens into a turn of at most {self.max_new_tokens}")  # fmt: skip
+            live.append((episode, start.env, list(start.messages), start.partial))
+        out = [ep for ep, *_ in live]
+        turn = 0
+        while live:
+            requests = []
+            for episode, _, _, partial in live:
+                params = self._params(episode, stream, step, turn, episode.group)
+                budget = self.max_new_tokens - partial
+                requests.append(GenerationRequest(tuple(episode.token_ids), replace(params, max_new_tokens=budget)))  # fmt: skip
+            generations = self.policy.generate(requests) if requests else []
+            still = []
+            for (episode, env, messages, partial), gen in zip(live, generations, strict=True):
+                following = self._apply(episode, env, messages, gen, cost, partial)
+                if following is not None:
+                    still.append((episode, env, following, 0))
+            live, turn = still, turn + 1
+        return out
 
     def _params(
         self, episode: Episode, stream: str, step: int, turn: int, key: int

@@ -8,12 +8,16 @@ the batch's prompts: the exact value's explained variance (the ceiling for any c
 uncorrected, each prompt's exact success rate held for the whole response (the exact
 prompt-level value: a perfect group baseline), and RLOO's leave-one-out baseline.
 
-Single-turn environments only (a prefix is continued by one generation). The policy is
-``--model`` or, without it, the bench's quick warm start rebuilt here: the default tiny
-model after ``--sft-tokens`` of SFT on 2-digit sums with worked answers.
+``--task`` names the task: ``arithmetic`` (the quick preset's: 2-digit sums, worked answers;
+a prefix is continued by one generation), ``checked-steps`` (``forkgym/CheckedSteps-v0``, 3
+steps on 2-digit numbers, the tool saying whether each reported result was right; a prefix is
+continued to the episode's end from a fork of the env at its turn) or ``checked-steps-hidden``
+(the same, the tool only recording each result). The policy is ``--model`` or, without it,
+the default tiny model after ``--sft-tokens`` of SFT on the task's gold demonstrations.
+``--stride n`` scores every n-th action token of each turn (an unbiased subsample).
 
-Run: ``python benchmarks/critic_ceiling.py [--model DIR] [--prompts 8] [--k 8] [--m 16]
-[--batches 1] [--bootstrap 1000]``.
+Run: ``python benchmarks/critic_ceiling.py [--task arithmetic] [--model DIR] [--prompts 8]
+[--k 8] [--m 16] [--batches 1] [--bootstrap 1000] [--stride 1]``.
 """
 
 from __future__ import annotations
@@ -31,9 +35,24 @@ from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.sft import sft
 
-ENV = "forkgym/Arithmetic-v0"
-ENV_KWARGS = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
-MAX_NEW_TOKENS = 32
+# named tasks: (env, its options, new tokens per turn, what it is)
+_STEPS = {"system_prompt": None, "steps": 3, "digits": 2}
+_ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
+TASKS = {
+    "arithmetic": ("forkgym/Arithmetic-v0", _ARITHMETIC, 32, "2-digit sums, worked answers"),
+    "checked-steps": (
+        "forkgym/CheckedSteps-v0",
+        {**_STEPS, "feedback": True},
+        32,
+        "3 checked steps, 2 digits",
+    ),
+    "checked-steps-hidden": (
+        "forkgym/CheckedSteps-v0",
+        {**_STEPS, "feedback": False},
+        32,
+        "3 unchecked steps, 2 digits",
+    ),
+}
 
 
 def main() -> int:
@@ -41,6 +60,7 @@ def main() -> int:
     parser.add_argument(
         "--model", default=None, help="the policy (default: a warm start built here)"
     )
+    parser.add_argument("--task", choices=sorted(TASKS), default="arithmetic")
     parser.add_argument("--sft-tokens", type=int, default=400_000)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--k", type=int, default=8)
@@ -48,7 +68,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batches", type=int, default=1, help="batches of fresh prompts")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples of prompts")
+    parser.add_argument("--stride", type=int, default=1, help="score every n-th action token of a turn")  # fmt: skip
     args = parser.parse_args()
+    env, env_kwargs, max_new_tokens, about = TASKS[args.task]
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,26 +78,27 @@ def main() -> int:
         if model_dir is None:
             base = init_model(Path(tmp) / "base")
             model_dir = str(Path(tmp) / "warm")
-            sft(str(base), ENV, tokens=args.sft_tokens, out=model_dir, env_kwargs=ENV_KWARGS)
+            sft(str(base), env, tokens=args.sft_tokens, out=model_dir, env_kwargs=env_kwargs)
         model, tokenizer = load_policy_model(model_dir)
     model.eval()
     policy = HFPolicy(model, tokenizer, seed=args.seed)
     print(
-        f"critic_ceiling  {ENV} (2-digit sums, worked answers), {args.prompts} prompts x K={args.k}, "
-        f"{args.m} continuations per prefix, {args.batches} batch(es), torch threads={torch.get_num_threads()}"
+        f"critic_ceiling  {env} ({about}), {args.prompts} prompts x K={args.k}, {args.m} "
+        f"continuations per prefix, every {args.stride} action token(s), {args.batches} batch(es), "
+        f"torch threads={torch.get_num_threads()}"
     )
     print(f"policy: {args.model or f'tiny model after {args.sft_tokens:,} SFT tokens'}")
     for b in range(args.batches):
-        result = ceiling_batch(policy, tokenizer, ENV, ENV_KWARGS, max_new_tokens=MAX_NEW_TOKENS,
+        result = ceiling_batch(policy, tokenizer, env, env_kwargs, max_new_tokens=max_new_tokens,
                                prompts=args.prompts, k=args.k, m=args.m, seed=args.seed, batch=b,
-                               bootstrap=args.bootstrap)  # fmt: skip
+                               bootstrap=args.bootstrap, stride=args.stride)  # fmt: skip
         print_batch(result, t0)
     return 0
 
 
 def print_batch(result: dict, t0: float) -> None:
     print(f"batch {result['batch']}: responses {result['responses']}, accuracy {result['accuracy']:.3f}, "
-          f"action tokens {result['action_tokens']:,}, {result['continuations']:,} continuations, "
+          f"action tokens {result['action_tokens']:,} ({result['scored_tokens']:,} scored), {result['continuations']:,} continuations, "
           f"{time.perf_counter() - t0:.0f} s so far")  # fmt: skip
     print(f"{'value':62} {'explained variance':>18} {'95% over prompts':>20}")
     for key, name, _, _ in FIGURES:

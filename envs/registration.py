@@ -63,6 +63,12 @@ ENVIRONMENTS: dict[str, EnvInfo] = {
             "Questions about a seeded warehouse database the model must query with tools.",
             multi_turn=True,
         ),
+        EnvInfo(
+            "forkgym/CheckedSteps-v0",
+            "forkgym.envs.checked_steps:CheckedStepsEnv",
+            "A chain of arithmetic steps, each result reported to a tool that gives the next (and, with feedback, says whether it was right).",
+            multi_turn=True,
+        ),
     ]
 }
 

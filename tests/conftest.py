@@ -57,6 +57,21 @@ WARM_ENV_KWARGS = {
 }
 
 
+# 2 checked steps on 1-digit numbers: what the steps model below was trained on
+STEPS_KWARGS = {"system_prompt": None, "steps": 2, "digits": 1}
+
+
+@pytest.fixture(scope="session")
+def steps_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model after 40k tokens of SFT on CheckedSteps (a few seconds): it writes the
+    tool calls, so its episodes have several turns."""
+    from forkgym.agents.sft import sft
+
+    out = tmp_path_factory.mktemp("steps-model") / "model"
+    sft(str(tiny_model_dir), "forkgym/CheckedSteps-v0", tokens=40_000, out=out, batch_size=16, env_kwargs=STEPS_KWARGS)  # fmt: skip
+    return out
+
+
 @pytest.fixture(scope="session")
 def warm_model_dir(tmp_path_factory, tiny_model_dir):
     """The tiny model after 16k tokens of SFT on 1-digit sums (~20% greedy accuracy, a few

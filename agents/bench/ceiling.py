@@ -55,6 +55,70 @@ def _grade(env: Any, tokenizer: Any, task_id: str, ids: list[int], stops: tuple[
     return env.step(tokenizer.decode(content, skip_special_tokens=False))[4]["outcome"].reward
 
 
+def _scored_positions(ep: Any, stride: int) -> list[int]:
+    """Indices (into the episode's tokens) of the action tokens whose prefix is scored: every
+    ``stride``-th of each turn, the turn's first included."""
+    out, run = [], 0
+    for i, a in enumerate(ep.action_mask):
+        if not a:
+            run = 0
+            continue
+        if run % stride == 0:
+            out.append(i)
+        run += 1
+    return out
+
+
+def _single_turn(policy: Any, tokenizer: Any, env: Any, ep: Any, m: int, seed: int, batch: int, g: int, max_new_tokens: int, stride: int) -> list[list[float]]:  # fmt: skip
+    """Each scored prefix of a one-turn episode, continued ``m`` times by one generation."""
+    from ..policy import GenerationRequest, SamplingParams
+    from ..rollout import stop_token_ids
+    from ..seeds import request_seed
+
+    stops = stop_token_ids(tokenizer)
+    actions = ep.token_ids[ep.prompt_len :]
+    scored = [i - ep.prompt_len for i in _scored_positions(ep, stride)]
+    requests = [  # the state before action token j, continued m times
+        GenerationRequest(
+            tuple(ep.token_ids[: ep.prompt_len + j]),
+            SamplingParams(
+                max_new_tokens=max_new_tokens - j,
+                temperature=1.0,
+                stop_token_ids=stops,
+                seed=request_seed(seed, "ceiling", batch, g, ep.branch, j, c),
+            ),
+        )
+        for j in scored
+        for c in range(m)
+    ]
+    outs = policy.generate(requests)
+    return [
+        [
+            _grade(
+                env,
+                tokenizer,
+                ep.task_id,
+                actions[:j] + list(o.token_ids),
+                stops,
+                o.finish_reason == "stop",
+            )
+            for o in outs[n * m : (n + 1) * m]
+        ]
+        for n, j in enumerate(scored)
+    ]
+
+
+def _continued(runner: Any, task_seed: int, ep: Any, m: int, batch: int, g: int, stride: int) -> list[list[float]]:  # fmt: skip
+    """Each scored prefix of a multi-turn episode, continued ``m`` times to the episode's end
+    from a fork of the env at the start of the prefix's turn."""
+    if ep.branch >= 100 or len(ep.token_ids) > 10_000:
+        raise ValueError("the ceiling keys continuations for K < 100 and episodes under 10,000 tokens")  # fmt: skip
+    positions = _scored_positions(ep, stride)
+    starts = runner.starts_within(ep, task_seed, positions, copies=m, key=lambda i: (g * 100 + ep.branch) * 10_000 + i)  # fmt: skip
+    scores = [e.reward if e.reward is not None else 0.0 for e in runner.finish(starts, "ceiling", batch)]  # fmt: skip
+    return [scores[n * m : (n + 1) * m] for n in range(len(positions))]
+
+
 def ceiling_batch(
     policy: Any,
     tokenizer: Any,
@@ -68,55 +132,46 @@ def ceiling_batch(
     seed: int,
     batch: int,
     bootstrap: int = 1000,
+    stride: int = 1,
 ) -> dict[str, Any]:
     """One batch of fresh train-side prompts (stream ``seed``, step ``batch``): every figure of
     :data:`FIGURES` as ``{"point", "low", "high"}`` (None where undefined), with the batch's
-    size, accuracy and the number of continuations."""
+    size, accuracy and the number of continuations.
+
+    Single-turn envs continue each prefix with one generation. Multi-turn envs continue it to
+    the episode's end (:meth:`~forkgym.agents.rollout.Rollouts.finish`): the env replayed to the
+    start of the prefix's turn and forked once per continuation, the tool results of the
+    continuation's own turns real. ``stride`` > 1 scores every ``stride``-th action token of
+    each turn (its first included) instead of every one: an unbiased subsample of the pooled
+    tokens at a fraction of the continuations."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
     from forkgym.envs.base import on_side
 
-    from ..policy import GenerationRequest, SamplingParams
-    from ..rollout import Rollouts, stop_token_ids
-    from ..seeds import request_seed, task_seeds
+    from ..rollout import Rollouts
+    from ..seeds import task_seeds
 
     env_kwargs = on_side(env_kwargs, "train")
-    stops = stop_token_ids(tokenizer)
     runner = Rollouts(lambda: gym.make(env_id, **env_kwargs), policy, tokenizer, k=k,
                       max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)  # fmt: skip
     rollouts = runner.collect(task_seeds(seed, "train", batch, prompts))
     env = gym.make(env_id, **env_kwargs)
+    multi_turn = int(getattr(env.unwrapped, "max_turns", 1)) > 1
     rows: dict[str, list[float]] = {c: [] for c in ("r", "v", "noise", "pv", "pnoise", "loo", "prompt")}  # fmt: skip
     continuations = 0
     for g, group in enumerate(rollouts.groups):
         valid = [ep for ep in group.sampled if ep.valid]
         total = sum(ep.reward for ep in valid)
         for ep in valid:
-            actions = ep.token_ids[ep.prompt_len :]
-            requests = [  # the state before action token j, continued m times
-                GenerationRequest(
-                    tuple(ep.token_ids[: ep.prompt_len + j]),
-                    SamplingParams(
-                        max_new_tokens=max_new_tokens - j,
-                        temperature=1.0,
-                        stop_token_ids=stops,
-                        seed=request_seed(seed, "ceiling", batch, g, ep.branch, j, c),
-                    ),
-                )
-                for j in range(len(actions))
-                for c in range(m)
-            ]
-            continuations += len(requests)
-            outs = policy.generate(requests)
+            if multi_turn:
+                scores_per_prefix = _continued(runner, group.task_seed, ep, m, batch, g, stride)
+            else:
+                scores_per_prefix = _single_turn(policy, tokenizer, env, ep, m, seed, batch, g, max_new_tokens, stride)  # fmt: skip
+            continuations += sum(len(x) for x in scores_per_prefix)
             loo = (total - ep.reward) / (len(valid) - 1) if len(valid) > 1 else math.nan
             first = len(rows["v"])
-            for j in range(len(actions)):
-                scores = [
-                    _grade(env, tokenizer, ep.task_id, actions[:j] + list(o.token_ids), stops,
-                           o.finish_reason == "stop")
-                    for o in outs[j * m : (j + 1) * m]
-                ]  # fmt: skip
+            for scores in scores_per_prefix:
                 p = sum(scores) / m
                 var = sum((s - p) ** 2 for s in scores) / (m - 1)
                 rows["r"].append(ep.reward)
@@ -154,7 +209,10 @@ def ceiling_batch(
         "batch": batch,
         "responses": int(rollouts.valid.sum()),
         "accuracy": float(rollouts.correct.float().mean()),
-        "action_tokens": len(rows["r"]),
+        "action_tokens": sum(
+            sum(ep.action_mask) for g in rollouts.groups for ep in g.sampled if ep.valid
+        ),
+        "scored_tokens": len(rows["r"]),
         "continuations": continuations,
         "figures": figures,
     }

@@ -14,6 +14,7 @@ from forkgym.agents.policy import Generation, GenerationRequest
 from forkgym.agents.rollout import ChatTokens, Rollouts, TemplateError
 from forkgym.agents.sft import demonstration
 from forkgym.verifiers import MathVerifier
+from tests.conftest import STEPS_KWARGS
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +215,52 @@ def test_template_without_the_prefix_property_is_refused(loaded):
             ],
             2,
         )
+
+
+# -- continuing from inside an episode (Monte Carlo values from forks) -------------------------
+
+
+@pytest.fixture(scope="module")
+def steps_model(steps_model_dir):
+    return load_policy_model(steps_model_dir)
+
+
+def _steps_rollouts(model, tokenizer, **kwargs):
+    make = lambda: gym.make("forkgym/CheckedSteps-v0", **STEPS_KWARGS)  # noqa: E731
+    return Rollouts(make, HFPolicy(model, tokenizer, seed=0), tokenizer, max_new_tokens=48, **kwargs)  # fmt: skip
+
+
+@pytest.mark.float_sensitive  # greedy decoding in other batches: CI runs it on other kernels too
+def test_a_greedy_continuation_from_any_token_of_a_fork_replays_the_episode(steps_model):
+    model, tokenizer = steps_model
+    model.eval()
+    rollouts = _steps_rollouts(model, tokenizer, k=0, greedy=True)
+    seeds = list(range(4))
+    episodes = [g.greedy for g in rollouts.collect(seeds, stream="eval").groups]
+    assert max(len(ep.actions) for ep in episodes) >= 2  # premise: multi-turn episodes
+    for seed, ep in zip(seeds, episodes, strict=True):
+        positions = [i for i, a in enumerate(ep.action_mask) if a]  # turn starts and mid-turn
+        starts = rollouts.starts_within(ep, seed, positions)
+        assert starts[0].partial == 0 and max(s.partial for s in starts) > 0
+        for done in rollouts.finish(starts, "vine", greedy=True):
+            assert done.token_ids == ep.token_ids  # the remainder, token for token
+            assert done.outcome == ep.outcome
+            assert done.actions[-1] == ep.actions[-1] and done.statuses[-1] == ep.statuses[-1]
+
+
+@pytest.mark.float_sensitive
+def test_forked_continuations_are_independent_and_keyed(steps_model):
+    model, tokenizer = steps_model
+    rollouts = _steps_rollouts(model, tokenizer, k=1)
+    (group,) = rollouts.collect([7]).groups
+    ep = group.sampled[0]
+    first = ep.prompt_len  # the state before the first action token
+    starts = rollouts.starts_within(ep, 7, [first], copies=6)
+    assert {s.branch for s in starts} == set(range(6))
+    assert len({id(s.env) for s in starts}) == 6  # a fork each
+    a = rollouts.finish(starts, "vine", step=0)
+    b = rollouts.finish(rollouts.starts_within(ep, 7, [first], copies=6), "vine", step=0)
+    assert [e.token_ids for e in a] == [e.token_ids for e in b]  # same keys, same draws
+    assert len({tuple(e.token_ids) for e in a}) > 1  # different branches, different draws
+    with pytest.raises(ValueError, match="action token"):
+        rollouts.starts_within(ep, 7, [0])  # a prompt token is no action

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import forkgym.envs
 from forkgym.agents.tokenizer import (
     CHAT_TEMPLATE,
+    CORPUS_ENVS,
     GOLD_RUN_KWARGS,
     SPECIAL_TOKENS,
     build_tokenizer,
@@ -199,7 +200,8 @@ def test_training_is_deterministic_and_respects_vocab_size(corpus, tokenizer):
 
 def test_corpus_covers_every_env_and_its_messages(corpus):
     text = "\n".join(corpus)
-    assert len(corpus) == 2 * CORPUS_SEEDS * len(forkgym.envs.ENVIRONMENTS)
+    assert len(corpus) == 2 * CORPUS_SEEDS * len(CORPUS_ENVS)
+    assert set(CORPUS_ENVS) <= set(forkgym.envs.ENVIRONMENTS)
     for needle in [
         "<|im_start|>system\n",
         "<|im_start|>tool\n",
@@ -213,6 +215,24 @@ def test_corpus_covers_every_env_and_its_messages(corpus):
     ]:
         assert needle in text, needle
     assert corpus_from_envs(2) == corpus_from_envs(2)
+
+
+def test_an_env_outside_the_corpus_still_encodes_exactly(tiny_model_dir):
+    """Environments registered after the default tokenizer was built are not in its corpus
+    (so the default model stays byte-identical); their text round-trips all the same."""
+    import gymnasium as gym
+
+    from forkgym.agents.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    later = sorted(set(forkgym.envs.ENVIRONMENTS) - set(CORPUS_ENVS))
+    assert later  # premise: CheckedSteps-v0 came later
+    for env_id in later:
+        env = gym.make(env_id)
+        env.reset(seed=0)
+        text = env.unwrapped.gold_action() + " " + env.unwrapped.task.prompt
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(ids) == text
 
 
 # -- tools: the Hermes format that TRL's and vLLM's parsers read --------------------------------

@@ -48,11 +48,19 @@ def marked(marker: str) -> list[int]:
     return found
 
 
+def _as_from_a_terminal() -> None:
+    # a command started in the background by a non-interactive shell (`.ci/run &`) inherits
+    # SIGINT ignored, and Python then installs no Ctrl-C handler: give the child the
+    # disposition a terminal gives it, so the signal tests test forkgym, not the harness
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], marker: str, **env: str) -> subprocess.Popen:
     environ = {**os.environ, "FORKGYM_TEST_MARKER": marker, **env}
     return subprocess.Popen(
         [sys.executable, "-m", "forkgym", *args],
         cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
 
 

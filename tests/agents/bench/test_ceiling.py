@@ -29,7 +29,7 @@ def test_every_figure_is_there_with_an_interval(result):
     assert set(result["figures"]) == {key for key, *_ in FIGURES}
     assert result["responses"] == 24 and result["action_tokens"] >= 9
     # every prefix of every response is continued m = 4 times
-    assert result["continuations"] == 4 * result["action_tokens"]
+    assert result["continuations"] == 4 * result["action_tokens"] == 4 * result["scored_tokens"]
     for f in result["figures"].values():
         if f["point"] is not None:
             assert f["point"] <= 1.0 and f["low"] <= f["high"]
@@ -55,3 +55,24 @@ def test_the_report_sets_the_critics_beside_both_references(tmp_path, result):
     assert "ppo's critic on fresh batches: first quarter 0.000 ± " in text
     assert "last quarter 0.030" in text  # the undefined seed enters no mean
     assert ceiling_table(tmp_path / "elsewhere", regime, critics) == []
+
+
+def test_a_multi_turn_ceiling_continues_every_scored_prefix_to_the_end(steps_model_dir):
+    """CheckedSteps: each scored prefix (every 8th action token of a turn, the turn's first
+    included) is continued m times from a fork; with rewards that do not vary (this barely
+    trained model rarely finishes a chain) every figure is undefined, not a number."""
+    from tests.conftest import STEPS_KWARGS
+
+    model, tokenizer = load_policy_model(steps_model_dir)
+    model.eval()
+    policy = HFPolicy(model, tokenizer, seed=0)
+    shape = dict(max_new_tokens=48, prompts=4, k=4, m=4, seed=3, batch=0, bootstrap=200, stride=8)
+    out = ceiling_batch(policy, tokenizer, "forkgym/CheckedSteps-v0", STEPS_KWARGS, **shape)
+    scored = out["scored_tokens"]
+    assert out["continuations"] == 4 * scored
+    assert out["responses"] == 16 and 0 < scored < out["action_tokens"]  # a stride-8 subsample
+    exact = out["figures"]["exact_value"]
+    if out["accuracy"] in (0.0, 1.0):
+        assert all(f["point"] is None for f in out["figures"].values())
+    elif exact["point"] is not None:
+        assert exact["point"] >= out["figures"]["exact_value_uncorrected"]["point"] - 1e-12
