@@ -9,8 +9,8 @@ uncorrected, each prompt's exact success rate held for the whole response (the e
 prompt-level value: a perfect group baseline), and RLOO's leave-one-out baseline.
 
 ``--task`` names the task: ``arithmetic`` (the quick preset's: 2-digit sums, worked answers;
-a prefix is continued by one generation), ``checked-steps`` (``forkgym/CheckedSteps-v0``, 3
-steps on 2-digit numbers, the tool saying whether each reported result was right; a prefix is
+a prefix is continued by one generation), ``checked-steps`` (``forkgym/CheckedSteps-v0``, 2
+steps on 1-digit numbers, the tool saying whether each reported result was right; a prefix is
 continued to the episode's end from a fork of the env at its turn) or ``checked-steps-hidden``
 (the same, the tool only recording each result). The policy is ``--model`` or, without it,
 the default tiny model after ``--sft-tokens`` of SFT on the task's gold demonstrations.
@@ -36,21 +36,21 @@ from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.sft import sft
 
 # named tasks: (env, its options, new tokens per turn, what it is)
-_STEPS = {"system_prompt": None, "steps": 3, "digits": 2}
+_STEPS = {"system_prompt": None, "steps": 2, "digits": 1}
 _ARITHMETIC = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
 TASKS = {
     "arithmetic": ("forkgym/Arithmetic-v0", _ARITHMETIC, 32, "2-digit sums, worked answers"),
     "checked-steps": (
         "forkgym/CheckedSteps-v0",
         {**_STEPS, "feedback": True},
-        32,
-        "3 checked steps, 2 digits",
+        48,
+        "2 checked steps, 1 digit",
     ),
     "checked-steps-hidden": (
         "forkgym/CheckedSteps-v0",
         {**_STEPS, "feedback": False},
-        32,
-        "3 unchecked steps, 2 digits",
+        48,
+        "2 unchecked steps, 1 digit",
     ),
 }
 
