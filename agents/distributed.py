@@ -33,11 +33,26 @@ def ranks() -> int:
 class World:
     """This process's place among the trainer's ranks."""
 
-    def __init__(self, rank: int = 0, size: int = 1, *, shards: bool = False) -> None:
+    def __init__(
+        self, rank: int = 0, size: int = 1, *, shards: bool = False, owns_group: bool = False
+    ) -> None:
         """``shards``: the ranks hold FSDP2 shards of the training model rather than whole
-        copies (``data_parallel: shard`` with more than one rank)."""
+        copies (``data_parallel: shard`` with more than one rank). ``owns_group``: this World
+        joined the process group (:func:`setup`), so :meth:`close` leaves it."""
         self.rank, self.size = rank, size
         self.shards = shards and size > 1
+        self.owns_group = owns_group and size > 1
+
+    def close(self) -> None:
+        """Leave the process group this World joined, once every rank is done with it. A
+        gloo group left to the interpreter's exit can abort the process while its worker
+        threads are torn down (``terminate called without an active exception``). Called
+        after a run that ended normally only: a rank that failed must not wait for the
+        others in a barrier they may never reach."""
+        if self.owns_group and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+        self.owns_group = False
 
     def place(self, model: torch.nn.Module) -> None:
         """Lay the training model over the ranks: shard it in place when the run shards it
@@ -127,6 +142,9 @@ def setup(device: str = "cpu", data_parallel: str = "replicate") -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
-    if not dist.is_initialized():
+    owns = not dist.is_initialized()
+    if owns:
         init_group(device)
-    return World(dist.get_rank(), dist.get_world_size(), shards=data_parallel == "shard")
+    return World(
+        dist.get_rank(), dist.get_world_size(), shards=data_parallel == "shard", owns_group=owns
+    )

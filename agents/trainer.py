@@ -279,8 +279,10 @@ class Trainer:
     def __enter__(self) -> Trainer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.shutdown()
+        if exc_type is None:  # a failed rank leaves the group to its launcher (World.close)
+            self.world.close()
 
     def shutdown(self) -> None:
         """Stop generation and shut the engines down (a vLLM engine frees its memory; one in a
