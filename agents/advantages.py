@@ -6,8 +6,9 @@ rows the loss trains on), and returns :class:`Advantages`: per row (response-lev
 or per token (``[N, T]``, what a learned critic's GAE gives). It may own models of its own (a
 value model) and train them in :meth:`Algorithm.update`, after the policy's update; what it
 returns from ``update`` is logged, and its ``state_dict`` is checkpointed. It declares what
-it needs from the rollouts and the run as attributes (``needs_greedy``, ``token_advantages``,
-``owns_model``), which the trainer and the configuration read; no code checks its name.
+it needs from the rollouts and the run as attributes (``needs_greedy``,
+``token_advantages``, ``owns_model``, ``fork_values``), which the trainer and the
+configuration read; no code checks its name.
 
 This module holds the seam alone (no configuration, no algorithm), so the configuration can
 check names against :data:`ALGORITHMS` while the algorithms read the configuration. The
@@ -56,7 +57,9 @@ class Algorithm(Protocol):
     needs_greedy: bool  # collect one greedy branch per task
     token_advantages: bool  # `advantages` gives [N, T] rows: the loss must take them
     # Optional: ``owns_model = True`` when it trains a model of its own besides the policy (a
-    # critic), which sharded data parallelism does not shard yet.
+    # critic), which sharded data parallelism does not shard yet; ``fork_values``, a
+    # :class:`~forkgym.agents.fork_values.ForkValues` generation runs on every kept batch (the
+    # states' Monte Carlo values land on the episodes, their tokens in the step's cost).
 
     # Optional: ``check(config, **options) -> list[str]``, a classmethod the config calls to
     # report bad options before any model is loaded; ``trains_policy(step) -> bool``, False on

@@ -8,6 +8,8 @@ Algorithms implement :class:`~forkgym.agents.advantages.Algorithm`, are register
 * ``ppo``: a learned value model and GAE over action tokens (:mod:`forkgym.agents.ppo`).
 * ``raft``: rejection-sampling fine-tuning; the verified-correct responses are kept and the
   policy takes a supervised step on them (:mod:`forkgym.agents.raft`).
+* ``vine``: VinePPO; Monte Carlo values of states inside each episode, from continuations
+  on exact forks of the env, and segment advantages between them (:mod:`forkgym.agents.vine`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import ppo, raft  # noqa: F401 - register "ppo" and "raft"
+from . import ppo, raft, vine  # noqa: F401 - register "ppo", "raft" and "vine"
 from .advantages import ALGORITHMS, Advantages, Algorithm
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig, option_problems

@@ -78,8 +78,10 @@ class RolloutCost:
     generate_s: float = 0.0
     env_s: float = 0.0  # stepping envs, verification and tools included
     turns: int = 0  # batched generation calls
-    tokens_generated: int = 0  # every branch, greedy ones included
+    tokens_generated: int = 0  # every branch, greedy ones and value continuations included
     greedy_tokens: int = 0
+    value_tokens: int = 0  # Monte Carlo continuations from forked states (agents/fork_values.py)
+    value_continuations: int = 0
 
     def __add__(self, other: RolloutCost) -> RolloutCost:
         return RolloutCost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})  # fmt: skip

@@ -5,16 +5,19 @@ run draws exactly the tasks the uninterrupted one drew. With dynamic sampling (D
 whose valid rewards are all equal carry no signal for any group estimator and are dropped;
 fresh tasks are drawn (from a stream of their own per round) until ``prompts_per_step``
 groups are kept or the rounds run out. Every round goes into the :class:`GenerationLedger`,
-so the tokens generated are reported beside the tokens kept.
+so the tokens generated are reported beside the tokens kept. An algorithm that values states
+by Monte Carlo continuations (``algorithm: vine``) has them run on the kept groups here, as
+part of generation: their tokens are in the step's cost and the ledger.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .batch import RolloutBatch
+from .batch import RolloutBatch, RolloutCost
 from .dapo import filter_groups
 from .distributed import World
+from .fork_values import ForkValues
 from .ledger import GenerationLedger
 from .rollout import Rollouts
 from .seeds import task_seeds
@@ -34,8 +37,11 @@ class Collector:
         dynamic_sampling: bool = False,
         max_resample_rounds: int = 3,
         world: World | None = None,
+        values: ForkValues | None = None,
     ) -> None:
+        """``values``: estimate the states' values of the kept groups' episodes."""
         self.rollouts = rollouts
+        self.values = values
         self.world = world or World()
         self.seed = seed
         self.prompts_per_step = prompts_per_step
@@ -51,6 +57,14 @@ class Collector:
 
     def collect(self, step: int) -> tuple[RolloutBatch, GenerationLedger]:
         """This step's groups; with dynamic sampling, rounds until enough have a signal."""
+        batch, ledger = self._groups(step)
+        if self.values is not None and batch.prompts:
+            spent = self.values(self.rollouts, batch, step)
+            ledger.record_values(spent.value_continuations, spent.value_tokens)
+            batch.cost = (batch.cost or RolloutCost()) + spent
+        return batch, ledger
+
+    def _groups(self, step: int) -> tuple[RolloutBatch, GenerationLedger]:
         ledger = GenerationLedger()
         batch = self._round("train", step)
         if not self.dynamic_sampling:
@@ -96,6 +110,7 @@ def rollout_metrics(batch: RolloutBatch, ledger: GenerationLedger) -> dict[str, 
             "truncated_by_tokens": int(batch.truncated.sum()),
             "tokens_generated": cost.tokens_generated,
             "tokens_generated_greedy": cost.greedy_tokens,
+            "tokens_generated_values": cost.value_tokens,
             "turns": cost.turns,
             "time/generate": cost.generate_s,
             "time/env_and_verify": cost.env_s,

@@ -163,7 +163,8 @@ class TrainConfig:
     algorithm: str = field(
         default="critic_free",
         metadata=_alg(
-            "`critic_free` (an estimator), `ppo` (a learned critic) or `raft` (rejection sampling)"
+            "`critic_free` (an estimator), `ppo` (a learned critic), `vine` (Monte Carlo "
+            "values from forks) or `raft` (rejection sampling)"
         ),
     )
     algorithm_kwargs: dict[str, Any] = field(

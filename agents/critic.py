@@ -18,6 +18,7 @@ __all__ = [
     "critic_group_centered",
     "explained_variance",
     "gae",
+    "group_centered_rows",
     "terminal_rewards",
     "whitened",
 ]
@@ -197,6 +198,25 @@ def critic_group_centered(
         "baseline_abs_mean": float(base.abs().mean()) if b else 0.0,
     }
     return out, stats
+
+
+def group_centered_rows(
+    adv: torch.Tensor,
+    action_mask: torch.Tensor,
+    index: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    mode: str = "loo",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`critic_group_centered` for the rows of a token batch (``adv``, ``action_mask``
+    ``[N, T]``, row ``i`` at flat grid position ``index[i]`` of ``valid [P, K]``): laid out
+    as the full ``[P * K]`` grid (invalid rows empty), centred, and read back."""
+    rows, width = valid.numel(), adv.size(1)
+    full = torch.zeros((rows, width), dtype=adv.dtype)
+    full_mask = torch.zeros((rows, width), dtype=torch.bool)
+    full[index], full_mask[index] = adv, action_mask
+    centred, stats = critic_group_centered(full, full_mask, valid.size(1), valid, mode=mode)
+    return centred[index], stats
 
 
 def whitened(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

@@ -41,6 +41,7 @@ from .distributed import World
 from .engine_pool import EnginePool
 from .episode_log import EpisodeLog, episode_records
 from .evaluate import evaluate
+from .fork_values import ForkValues
 from .ledger import GenerationLedger
 from .policy import Policy
 from .prefetch import Prefetcher
@@ -94,10 +95,12 @@ class Generation:
         *,
         world: World,
         greedy: bool,
+        values: ForkValues | None = None,
         verifier: Any | None = None,
         run_id: str = "",
     ) -> None:
-        """``greedy``: collect one greedy branch per task (the algorithm declares it);
+        """``greedy``: collect one greedy branch per task, ``values``: value the states of
+        the sampled episodes by Monte Carlo continuations (the algorithm declares both);
         ``verifier``: grade with this object instead of the env's default or
         ``config.verifier_url``'s service."""
         self.config, self.policy, self.tokenizer, self.world = config, policy, tokenizer, world
@@ -124,6 +127,7 @@ class Generation:
             dynamic_sampling=config.dynamic_sampling,
             max_resample_rounds=config.max_resample_rounds,
             world=world,
+            values=values,
         )
         self.episode_log: EpisodeLog | None = None
 

@@ -22,7 +22,9 @@ class GenerationLedger:
     ``tokens_sampled`` counts every generated token of every sampled response (infra-failed
     ones included: they were generated); ``greedy_tokens`` is the extra cost of ReMax-style
     greedy branches (S4). ``tokens_accepted`` are the tokens of kept groups. Nothing here is
-    an estimate: the caller passes the true generated lengths.
+    an estimate: the caller passes the true generated lengths. ``value_tokens`` are the Monte
+    Carlo continuations that estimate states' values (``algorithm: vine``): generated, so
+    counted in ``tokens_generated``, though no loss trains on them.
     """
 
     rounds: int = 0
@@ -35,6 +37,8 @@ class GenerationLedger:
     tokens_accepted: int = 0
     greedy_responses: int = 0
     greedy_tokens: int = 0
+    value_continuations: int = 0
+    value_tokens: int = 0
 
     def record(
         self,
@@ -65,6 +69,11 @@ class GenerationLedger:
             self.greedy_responses += greedy_lengths.numel()
             self.greedy_tokens += int(greedy_lengths.to(torch.int64).sum())
 
+    def record_values(self, continuations: int, tokens: int) -> None:
+        """Account the value continuations run for the kept groups."""
+        self.value_continuations += continuations
+        self.value_tokens += tokens
+
     @property
     def prompts_discarded(self) -> int:
         return self.prompts_sampled - self.prompts_accepted
@@ -75,8 +84,8 @@ class GenerationLedger:
 
     @property
     def tokens_generated(self) -> int:
-        """Everything the generator produced: sampled plus greedy tokens."""
-        return self.tokens_sampled + self.greedy_tokens
+        """Everything the generator produced: sampled, greedy and value-continuation tokens."""
+        return self.tokens_sampled + self.greedy_tokens + self.value_tokens
 
     def report(self, prefix: str = "gen/") -> dict[str, float]:
         """Counts with their denominators named; rates are over *sampled* quantities."""

@@ -46,9 +46,9 @@ from .batch import MicroBatch, RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import (
     clipped_value_loss,
-    critic_group_centered,
     explained_variance,
     gae,
+    group_centered_rows,
     terminal_rewards,
     whitened,
 )
@@ -290,16 +290,8 @@ class PPO:
     def _centred(
         self, adv: torch.Tensor, batch: RolloutBatch, tokens: TokenBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Group-centre the rows' advantages: laid out as the full ``[P * K]`` grid (invalid
-        rows empty), centred, and read back."""
-        rows, width = batch.rewards.numel(), adv.size(1)
-        full = torch.zeros((rows, width), dtype=adv.dtype)
-        full_mask = torch.zeros((rows, width), dtype=torch.bool)
-        full[tokens.index], full_mask[tokens.index] = adv, tokens.action_mask
-        centred, stats = critic_group_centered(
-            full, full_mask, batch.k, batch.valid, mode=self.options.group_centering or "loo"
-        )
-        return centred[tokens.index], stats
+        mode = self.options.group_centering or "loo"
+        return group_centered_rows(adv, tokens.action_mask, tokens.index, batch.valid, mode=mode)
 
     # -- the critic's own update ----------------------------------------------------------------
 

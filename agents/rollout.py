@@ -331,7 +331,12 @@ class Rollouts:
         return starts
 
     def finish(
-        self, starts: Sequence[Start], stream: str, step: int = 0, greedy: bool = False
+        self,
+        starts: Sequence[Start],
+        stream: str,
+        step: int = 0,
+        greedy: bool = False,
+        cost: RolloutCost | None = None,
     ) -> list[Episode]:
         """Run each of ``starts`` (a state inside an episode) to the episode's end, all of them
         batched turn by turn as :meth:`collect` runs groups: the Monte Carlo continuations of
@@ -339,8 +344,8 @@ class Rollouts:
         by ``(stream, step, start.key, start.branch, turn)``, the turn counted from the start
         (``greedy``: no sampling; a greedy episode's remainder comes back token for token).
         Returns one episode per start: the start's ids, then the continuation (its action
-        mask 1), its outcome set."""
-        cost = RolloutCost()
+        mask 1), its outcome set. ``cost``, if given, adds up the tokens and seconds spent."""
+        cost = RolloutCost() if cost is None else cost
         live = []
         for start in starts:
             episode = Episode(
@@ -360,12 +365,17 @@ class Rollouts:
                 params = self._params(episode, stream, step, turn, episode.group)
                 budget = self.max_new_tokens - partial
                 requests.append(GenerationRequest(tuple(episode.token_ids), replace(params, max_new_tokens=budget)))  # fmt: skip
+            t0 = time.perf_counter()
             generations = self.policy.generate(requests) if requests else []
+            cost.generate_s += time.perf_counter() - t0
+            cost.turns += 1
             still = []
+            t0 = time.perf_counter()
             for (episode, env, messages, partial), gen in zip(live, generations, strict=True):
                 following = self._apply(episode, env, messages, gen, cost, partial)
                 if following is not None:
                     still.append((episode, env, following, 0))
+            cost.env_s += time.perf_counter() - t0
             live, turn = still, turn + 1
         return out
 

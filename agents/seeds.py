@@ -20,6 +20,7 @@ __all__ = [
     "request_seed",
     "sampling_seed",
     "shuffle_key",
+    "state_key",
     "task_seeds",
 ]
 
@@ -37,6 +38,13 @@ def task_seeds(seed: int, stream: str, step: int, n: int) -> list[int]:
 def sampling_seed(seed: int, stream: str, step: int, group: int, branch: int, turn: int) -> int:
     """The seed of one sampled generation request: a branch's turn of a group of a step."""
     return request_seed(seed, stream, step, group, branch, turn)
+
+
+def state_key(task_seed: int, generated: list[int]) -> int:
+    """The key of a state inside an episode (its task and the tokens generated to reach it),
+    under which its Monte Carlo continuations are sampled: the same state draws the same
+    continuations wherever its episode sits in a batch, on any data-parallel rank."""
+    return request_seed("vine-state", task_seed, *generated)
 
 
 def shuffle_key(seed: int, what: str, step: int, epoch: int) -> tuple[int | str, ...]:

@@ -81,7 +81,8 @@ class Trainer:
         self.algorithm = build_algorithm(config, self.model)
         self.generation = build_generation(
             config, policy, self.tokenizer, world=self.world,
-            greedy=self.algorithm.needs_greedy, verifier=verifier, run_id=self.run_dir.name,
+            greedy=self.algorithm.needs_greedy, values=getattr(self.algorithm, "fork_values", None),
+            verifier=verifier, run_id=self.run_dir.name,
         )  # fmt: skip
         budget = self.generation.max_episode_tokens
         self.learner = Learner(self.model, config, max_episode_tokens=budget)

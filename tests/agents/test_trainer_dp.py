@@ -134,3 +134,15 @@ def test_an_asynchronous_data_parallel_run_resumes_exactly(tmp_path, warm_model_
     got = metrics(part)
     assert [m["step"] for m in got] == [0, 1, 2, 3]
     assert got[3] == expected[3]
+
+
+def test_vine_runs_on_two_ranks_and_counts_every_ranks_continuations(tmp_path, warm_model_dir):
+    """Each rank values the states of its own groups (continuation seeds are keyed by the
+    task and the state, not the rank); the budget counts both ranks' continuations."""
+    run = tmp_path / "vine"
+    done = torchrun("train", "--model", str(warm_model_dir), "--steps", "1", "--out", str(run),
+                    "algorithm=vine", "algorithm_kwargs.rollouts=2", "loss=ppo_clip", *COMMON)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    step = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    mine = step["gen/tokens_sampled"] + step["gen/value_tokens"]  # rank 0's own share
+    assert step["gen/value_tokens"] > 0 and step["tokens_generated"] > mine
