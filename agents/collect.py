@@ -110,7 +110,6 @@ def rollout_metrics(batch: RolloutBatch, ledger: GenerationLedger) -> dict[str, 
             "truncated_by_tokens": int(batch.truncated.sum()),
             "tokens_generated": cost.tokens_generated,
             "tokens_generated_greedy": cost.greedy_tokens,
-            "tokens_generated_values": cost.value_tokens,
             "turns": cost.turns,
             "time/generate": cost.generate_s,
             "time/env_and_verify": cost.env_s,
@@ -118,6 +117,8 @@ def rollout_metrics(batch: RolloutBatch, ledger: GenerationLedger) -> dict[str, 
             "barrier_idle_s": float(batch.barrier_idle_s.sum()),
         }
     )
+    if cost.value_continuations:  # Monte Carlo continuations (algorithm: vine)
+        out["tokens_generated_values"] = cost.value_tokens
     if diverged.numel():
         out["greedy_diverged_frac"] = float(diverged.double().mean())
     out.update(ledger.report("gen/"))

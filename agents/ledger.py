@@ -89,7 +89,10 @@ class GenerationLedger:
 
     def report(self, prefix: str = "gen/") -> dict[str, float]:
         """Counts with their denominators named; rates are over *sampled* quantities."""
-        out = {f"{prefix}{k}": float(v) for k, v in asdict(self).items()}
+        values = asdict(self)
+        if not self.value_continuations:  # runs that value no states: their keys as before
+            del values["value_continuations"], values["value_tokens"]
+        out = {f"{prefix}{k}": float(v) for k, v in values.items()}
         out[f"{prefix}prompts_discarded"] = float(self.prompts_discarded)
         out[f"{prefix}tokens_discarded"] = float(self.tokens_discarded)
         out[f"{prefix}tokens_generated"] = float(self.tokens_generated)

@@ -18,7 +18,8 @@ real baseline, the mean reward of the response's K - 1 group mates (a group mean
 includes the response itself would be R's rescaled residual, not a baseline). Every figure has
 a 95% bootstrap interval over the batch's prompts.
 
-Single-turn environments only (a prefix is continued by one generation). The benchmark
+A single-turn env continues a prefix with one generation; a multi-turn one continues it to the
+episode's end on a fork of the env at the prefix's turn (:func:`ceiling_batch`). The benchmark
 (:func:`measure_ceilings`) measures it on fresh prompts at the warm start and at the end of
 PPO's first reported seed; ``benchmarks/critic_ceiling.py`` runs it on any model.
 """
@@ -227,10 +228,12 @@ def measure_ceilings(
     *,
     batches: int = 2,
     m: int = 8,
+    stride: int = 1,
 ) -> dict[str, Any]:
     """The ceiling of ``regime`` (cached in ``OUT/REGIME/ceiling.json``) at the warm start and
     at the end of the ``ppo`` run in ``ppo_run`` (its last checkpoint): ``batches`` batches of
-    ``regime.ceiling_prompts`` fresh prompts each, ``m`` continuations per prefix."""
+    ``regime.ceiling_prompts`` fresh prompts each, ``m`` continuations per prefix, every
+    ``stride``-th action token of a turn scored."""
     from ..hf_policy import HFPolicy
     from ..models import load_policy_model
 
@@ -241,13 +244,13 @@ def measure_ceilings(
     models = {"warm start": warm_model}
     if checkpoints:
         models[f"after {ppo_run.name} ({checkpoints[-1].name})"] = str(checkpoints[-1])
-    result: dict[str, Any] = {"m": m, "prompts": regime.ceiling_prompts, "k": regime.k, "policies": {}}  # fmt: skip
+    result: dict[str, Any] = {"m": m, "prompts": regime.ceiling_prompts, "k": regime.k, "stride": stride, "policies": {}}  # fmt: skip
     for name, folder in models.items():
         t0 = time.perf_counter()
         model, tokenizer = load_policy_model(folder)
         model.eval()
         policy = HFPolicy(model, tokenizer, seed=CEILING_SEED)
-        shape = dict(max_new_tokens=regime.max_new_tokens, prompts=regime.ceiling_prompts, k=regime.k, m=m)  # fmt: skip
+        shape = dict(max_new_tokens=regime.max_new_tokens, prompts=regime.ceiling_prompts, k=regime.k, m=m, stride=stride)  # fmt: skip
         per_batch = []
         for b in range(batches):
             per_batch.append(ceiling_batch(policy, tokenizer, regime.env, regime.env_kwargs, seed=CEILING_SEED, batch=b, **shape))  # fmt: skip

@@ -17,7 +17,7 @@ from forkgym.registry import Registry
 
 from ..reductions import REDUCTIONS
 
-__all__ = ["METHODS", "Method", "resolve_method"]
+__all__ = ["METHODS", "VINE", "Method", "resolve_method"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,16 @@ _add(
     algorithm="ppo",
     algorithm_kwargs={**_CRITIC, "group_centering": "loo", "normalize_advantages": False},
     group=True,
+)
+# VinePPO's values: 4 continuations from every turn's start and every 16 tokens inside a turn
+# (the first state, the prompt, is shared by a group's branches and valued once); every
+# continuation token counts in the budget
+VINE = {"rollouts": 4, "chunk": 16}
+_add(
+    "vine",
+    "VinePPO: segment advantages from Monte Carlo values of exact forks (no critic, no group)",
+    algorithm="vine",
+    algorithm_kwargs=VINE,
 )
 _add(
     "raft",

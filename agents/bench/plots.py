@@ -12,7 +12,7 @@ from .presets import Regime
 from .stats import interval
 from .summary import RunSummary
 
-__all__ = ["plot_regime"]
+__all__ = ["plot_crossover", "plot_regime"]
 
 
 def _plt() -> Any:
@@ -129,3 +129,36 @@ def plot_regime(out: Path, regime: Regime, runs: dict[str, list[RunSummary]], wa
         _lengths(out, regime, runs),
     ]
     return [p for p in made if p is not None]
+
+
+def plot_crossover(out: Path, preset: Any, found: dict[str, dict[str, list[RunSummary]]]) -> Path:
+    """Final held-out accuracy by regime (x) and method (one line each), with 95% intervals
+    over seeds: where each way of getting an advantage wins shows as lines crossing."""
+    plt = _plt()
+    regimes = [r.name for r in preset.regimes if r.name in found]
+    methods: list[str] = []
+    for name in regimes:
+        methods += [m for m in found[name] if m not in methods]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(regimes)), 4.8))
+    width = 0.6 / max(1, len(methods))
+    for i, method in enumerate(methods):
+        xs, ys, err = [], [], []
+        for j, name in enumerate(regimes):
+            rs = found[name].get(method)
+            if not rs:
+                continue
+            iv = interval([r.final for r in rs])
+            xs.append(j - 0.3 + (i + 0.5) * width)
+            ys.append(iv.mean)
+            err.append(iv.mean - iv[1] if math.isfinite(iv[1]) else 0.0)
+        ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, label=method)
+    ax.set_xticks(range(len(regimes)), regimes, fontsize=8)
+    ax.set(ylabel="final held-out greedy accuracy", title="accuracy at the full budget, by regime (95% interval over seeds)")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path = out / "plots" / "crossover.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

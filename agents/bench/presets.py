@@ -14,6 +14,11 @@ same fractions of the budget.
   GRPOTrainer beside them when the ``bench`` extra is there.
 * ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
   multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
+* ``boundary``: the three sources of an advantage side by side (group baselines, a learned
+  critic, Monte Carlo values from forks) at K = 1 and K = 8, on arithmetic (one reward per
+  episode, states whose value a critic cannot read) and on CheckedSteps at two lengths (each
+  turn's tool result reveals progress); about an hour on 2 cores, so small budgets, and the
+  learning rates the quick preset's sweep chose rather than a sweep of its own.
 """
 
 from __future__ import annotations
@@ -50,7 +55,18 @@ class Regime:
     tune_lrs: tuple[float, ...] = ()
     tune_value_lrs: tuple[float, ...] = ()
     ceiling_prompts: int = 0  # > 0: the critic ceiling on this many fresh prompts (PPO's regimes)
+    ceiling_stride: int = 1  # score every stride-th action token of a turn (its first included)
     validation: bool = False  # True in tuning runs: evaluated on the validation set
+    # without a sweep: settings chosen elsewhere, per method ({"lr": ..., "value_lr": ...});
+    # a method not named here trains at `lr`
+    fixed: dict[str, dict[str, float]] = field(default_factory=dict)
+    warm_name: str | None = None  # share the warm start of the regime of this name
+    vine_error_prompts: int = 0  # > 0: vine's values against a high-rollout reference
+
+    @property
+    def warm_dir(self) -> str:
+        """The folder (under the output) whose ``warm/`` holds this regime's warm start."""
+        return self.warm_name or self.name
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ _SMOKE = Regime(
     k=4,
     prompts_per_step=2,
     budget_tokens=400,
-    methods=("rloo", "ppo", "raft", "sft"),
+    methods=("rloo", "ppo", "vine", "raft", "sft"),
     warm_accuracy=None,
     warm_max_tokens=16_000,
     warm_batch_size=16,
@@ -138,6 +154,51 @@ _ARITH_FULL = Regime(
     ceiling_prompts=8,
 )
 
+# the quick preset's sweep (docs/bench.md, 2026-12-05): methods it did not sweep take the
+# closest one's (reinforce_ema and vine: RLOO's; ppo_hybrid: PPO's)
+_SWEPT = {
+    "reinforce_ema": {"lr": 1e-4}, "rloo": {"lr": 1e-4}, "grpo": {"lr": 1e-4},
+    "remax": {"lr": 2e-4}, "raft": {"lr": 1e-4}, "sft": {"lr": 4e-4}, "vine": {"lr": 1e-4},
+    "ppo": {"lr": 2e-4, "value_lr": 1e-3}, "ppo_hybrid": {"lr": 2e-4, "value_lr": 1e-3},
+}  # fmt: skip
+_BOUNDARY_METHODS = ("reinforce_ema", "remax", "rloo", "grpo", "ppo", "ppo_hybrid", "vine", "raft", "sft")  # fmt: skip
+_STEPS = {"system_prompt": None, "digits": 1}
+_BOUNDARY_BUDGET = 30_000
+
+
+def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k: int, **more: Any) -> Regime:  # fmt: skip
+    """One regime of the boundary preset: K x (64 / K) prompts, the shared settings."""
+    values: dict[str, Any] = dict(
+        name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=64 // k,
+        budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
+        fixed=_SWEPT, checkpoint_every=1_000,
+    )  # fmt: skip
+    values.update(more)
+    return Regime(**values)
+
+
+_BOUNDARY = (
+    _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
+              "forkgym/Arithmetic-v0", _ARITH_2, k=8, max_new_tokens=32, warm_accuracy=0.3,
+              length_edges=(8, 16, 24, 32)),
+    _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts): no group to compare within",
+              "forkgym/Arithmetic-v0", _ARITH_2, k=1, max_new_tokens=32, warm_accuracy=0.3,
+              length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
+    _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=8, max_new_tokens=48,
+              warm_accuracy=0.3, length_edges=(16, 32, 48, 64)),
+    _boundary("steps2-k1", "the same task at K = 1: the states' values are readable, and no group exists",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=1, max_new_tokens=48,
+              warm_accuracy=0.3, length_edges=(16, 32, 48, 64), warm_name="steps2-k8",
+              ceiling_prompts=16, ceiling_stride=8, vine_error_prompts=16),
+    _boundary("steps3-k8", "CheckedSteps, 3 reported steps (4 turns), K = 8: a longer episode, a sparser reward",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, max_new_tokens=48,
+              warm_accuracy=0.2, length_edges=(16, 32, 48, 64)),
+    _boundary("steps3-k1", "the longer task at K = 1",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, max_new_tokens=48,
+              warm_accuracy=0.2, length_edges=(16, 32, 48, 64), warm_name="steps3-k8"),
+)  # fmt: skip
+
 PRESETS: dict[str, Preset] = {
     "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16, tune_seed=100),
     "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2, 3, 4), eval_episodes=200, tune_seed=100),
@@ -173,6 +234,9 @@ PRESETS: dict[str, Preset] = {
         seeds=(0, 1, 2, 3, 4),
         eval_episodes=200,
         tune_seed=100,
+    ),
+    "boundary": Preset(
+        "boundary", _BOUNDARY, seeds=(0, 1, 2, 3, 4), eval_episodes=100, eval_fractions=(0.5, 1.0)
     ),
 }
 

@@ -22,7 +22,8 @@ from .methods import resolve_method
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
-from .tuning import tuning_table
+from .tuning import label, tuning_table
+from .vine_error import vine_error_table
 
 __all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
 
@@ -65,6 +66,13 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
             "explained_variance_last": _mean(tail, "critic/explained_variance"),
             "value_clip_frac": _mean(rows, "critic/value_clip_frac"),
         }
+    vine = {}
+    if any("vine/explained_variance" in r for r in rows):
+        head = rows[: max(1, len(rows) // 4)]
+        vine = {
+            "explained_variance_first": _mean(head, "vine/explained_variance"),
+            "explained_variance_last": _mean(tail, "vine/explained_variance"),
+        }
     strata: dict[str, float] = {}
     for key in {k for r in rows for k in r if k.startswith(("diag/adv/by_", "diag/loss/by_")) and k.endswith("/abs_mean")}:  # fmt: skip
         strata[key[len("diag/") : -len("/abs_mean")]] = _mean(rows, key)
@@ -83,6 +91,8 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
         tokens_sampled=int(sum(r.get("gen/tokens_sampled") or 0 for r in rows)),
         tokens_accepted=int(sum(r.get("gen/tokens_accepted") or 0 for r in rows)),
         greedy_tokens=int(sum(r.get("tokens_generated_greedy") or 0 for r in rows)),
+        value_tokens=int(sum(r.get("tokens_generated_values") or 0 for r in rows)),
+        vine=vine,
         steps=len(rows),
         train_s=train_s,
         eval_s=sum(r.get("time/eval") or 0.0 for r in rows),
@@ -104,7 +114,7 @@ def _collect(out: Path, preset: Preset) -> dict[str, tuple[dict[str, Any], dict[
     """regime name -> (warm start info, method -> its seeds' summaries), complete runs only."""
     found = {}
     for regime in preset.regimes:
-        marker = out / regime.name / "warm" / "warm.json"
+        marker = out / regime.warm_dir / "warm" / "warm.json"
         if not marker.exists():
             continue
         warm = json.loads(marker.read_text())
@@ -215,7 +225,7 @@ def write_report(
 ) -> Path:
     """``report.md`` and the plots from the finished runs in ``out``; ``command``: the command
     line to print (default: the preset's plain one)."""
-    from .plots import plot_regime
+    from .plots import plot_crossover, plot_regime
 
     out = Path(out)
     command = command or f"forkgym bench --preset {preset.name} --out {out}"
@@ -297,9 +307,13 @@ def write_report(
                 )
             body.append("")
             body += ceiling_table(out, regime, {m: [r.critic for r in rs] for m, rs in critics.items()})  # fmt: skip
+        body += _vine_lines(out, regime, runs)
         if "trl_grpo" in runs and "grpo" in runs:
             body += _trl_section(runs["grpo"], runs["trl_grpo"])
         body += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in pics] + [""]
+    if len(found) > 1:
+        crossover = plot_crossover(out, preset, {name: runs for name, (_, runs) in found.items()})
+        summary += ["", "Final held-out accuracy by regime and method (mean and 95% interval over seeds):", "", f"![crossover]({crossover.relative_to(out).as_posix()})"]  # fmt: skip
     path = out / "report.md"
     path.write_text("\n".join(lines + summary + [""] + body) + "\n")
     log(f"report: {path}")
@@ -309,7 +323,29 @@ def write_report(
 def _lr_words(regime: Regime, preset: Preset) -> str:
     if regime.tune_lrs and preset.tune_seed is not None:
         return "each method at the learning rate its own sweep chose (below)"
+    if regime.fixed:
+        chosen = ", ".join(f"{m} {label(s)}" for m, s in regime.fixed.items() if m in regime.methods)  # fmt: skip
+        return f"learning rates chosen elsewhere, not swept here ({chosen}; any other method lr {regime.lr:g})"  # fmt: skip
     return f"lr {regime.lr:g}"
+
+
+def _vine_lines(out: Path, regime: Regime, runs: dict[str, list[RunSummary]]) -> list[str]:
+    """Vine's continuations' share of its budget, its values' explained variance on its own
+    batches, and the reference comparison (nothing without Vine runs)."""
+    rs = [r for r in runs.get("vine", []) if r.vine]
+    if not rs:
+        return []
+    share = statistics.fmean(r.value_tokens / max(r.tokens_generated, 1) for r in rs)
+    evs = {w: [r.vine[f"explained_variance_{w}"] for r in rs] for w in ("first", "last")}
+    evs = {w: [x for x in xs if x == x] for w, xs in evs.items()}
+    words = ", ".join(f"{w} quarter {interval(xs) if xs else 'undefined'}" for w, xs in evs.items())  # fmt: skip
+    return [
+        f"Vine spent {share:.0%} of its generated tokens on value continuations (the rest on the "
+        f"episodes it trained on). Its values' explained variance of the reward on its own "
+        f"batches' states: {words} (mean over seeds, 95% interval).",
+        "",
+        *vine_error_table(out, regime),
+    ]
 
 
 def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
@@ -382,8 +418,8 @@ def check_report(out: str | Path, preset: Preset, methods: list[str] | None = No
             for r in runs.get(name, []):
                 if not r.within_budget:
                     problems.append(f"{regime.name}/{name} seed {r.seed}: generated {r.tokens_generated:,} for a budget of {r.budget:,} (last step {r.last_step_tokens:,})")  # fmt: skip
-                if r.kind == "rl" and r.tokens_sampled + r.greedy_tokens != r.tokens_generated:
-                    problems.append(f"{regime.name}/{name} seed {r.seed}: sampled {r.tokens_sampled:,} + greedy {r.greedy_tokens:,} != generated {r.tokens_generated:,}")  # fmt: skip
+                if r.kind == "rl" and r.tokens_sampled + r.greedy_tokens + r.value_tokens != r.tokens_generated:  # fmt: skip
+                    problems.append(f"{regime.name}/{name} seed {r.seed}: sampled {r.tokens_sampled:,} + greedy {r.greedy_tokens:,} + value continuations {r.value_tokens:,} != generated {r.tokens_generated:,}")  # fmt: skip
                 if r.kind == "rl" and r.tokens_accepted > r.tokens_sampled:
                     problems.append(f"{regime.name}/{name} seed {r.seed}: more accepted than sampled tokens")  # fmt: skip
         for kind in ("accuracy-tokens", "accuracy-time", "strata", "length"):

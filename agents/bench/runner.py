@@ -4,6 +4,7 @@ Layout of the output folder (everything a report needs is read back from it)::
 
     OUT/bench.json                     the preset as run (a resumed run must match it)
     OUT/REGIME/warm/                   the regime's warm start (a model folder) + warm.json
+                                       (one regime may share another's: Regime.warm_name)
     OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints
     OUT/REGIME/METHOD-seedS/done.json  written last: the run is complete
 
@@ -29,6 +30,7 @@ from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
 from .tuning import apply, label, tune
+from .vine_error import measure_vine_error
 
 __all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
 
@@ -52,7 +54,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
     from ..models import load_policy_model
     from ..sft import sft
 
-    folder = out / regime.name / "warm"
+    folder = out / regime.warm_dir / "warm"
     marker = folder / "warm.json"
     if marker.exists():
         return json.loads(marker.read_text())
@@ -259,9 +261,13 @@ def run_bench(
                 t0 = time.perf_counter()
                 one_run(tuned_regime, tuned_method, seed, folder)
                 _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0, "setting": choice})  # fmt: skip
+        first_seed = min(seeds or preset.seeds)
         if regime.ceiling_prompts and "ppo" in names:
-            first = run_dir(out, regime, "ppo", min(seeds or preset.seeds))
-            measure_ceilings(out, regime, warm["model"], first, log)
+            first = run_dir(out, regime, "ppo", first_seed)
+            measure_ceilings(out, regime, warm["model"], first, log, stride=regime.ceiling_stride)
+        if regime.vine_error_prompts and "vine" in names:
+            vine = resolve_method("vine").overrides["algorithm_kwargs"]
+            measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
     return write_report(out, preset, log=log, command=command)
 
 

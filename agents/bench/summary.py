@@ -33,6 +33,8 @@ class RunSummary:
     infra_failures: int
     lengths: list[tuple[float, float]]  # (tokens, mean response length) per step
     critic: dict[str, float] = field(default_factory=dict)
+    value_tokens: int = 0  # Monte Carlo continuations (vine): generated, in tokens_generated
+    vine: dict[str, float] = field(default_factory=dict)  # vine's values' explained variance
     strata: dict[str, float] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # mean seconds per step, by phase
 

@@ -78,8 +78,9 @@ def tune(
     if record_path.exists():
         return json.loads(record_path.read_text())
     settings = grid(regime, method)
-    if preset.tune_seed is None or len(settings) == 1:  # no sweep: the regime's own lr
-        record: dict[str, Any] = {"choice": {"lr": regime.lr}, "scores": [], "seed": None}
+    if preset.tune_seed is None or len(settings) == 1:  # no sweep: chosen elsewhere, or `lr`
+        choice = dict(regime.fixed.get(method.name, {"lr": regime.lr}))
+        record: dict[str, Any] = {"choice": choice, "scores": [], "seed": None}
     else:
         scores = []
         for setting in settings:

@@ -14,7 +14,10 @@ def _split(text: str | None) -> list[str] | None:
 
 def bench(
     preset: Annotated[
-        str, typer.Option(help="smoke (CI), quick (about 31 min on 2 cores) or full.")
+        str,
+        typer.Option(
+            help="smoke (CI), quick (about 31 min on 2 cores), boundary (group, critic and Monte Carlo advantages at K = 1 and 8) or full."
+        ),
     ] = "quick",
     out: Annotated[
         Path | None,

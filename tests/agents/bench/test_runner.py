@@ -61,3 +61,33 @@ def test_a_folder_holding_another_benchmark_is_refused(tmp_path):
     (tmp_path / "bench.json").write_text(json.dumps({"preset": {"name": "quick"}, "methods": None, "seeds": None}))  # fmt: skip
     with pytest.raises(ValueError, match="holds a different benchmark"):
         run_bench(PRESETS["smoke"], tmp_path, log=lambda _: None)
+
+
+def test_the_boundary_machinery_on_two_regimes_sharing_a_warm_start(tmp_path):
+    """The boundary preset's parts at a toy scale: two regimes of one task share one warm
+    start, Vine's continuations are counted in its budget, the ceiling on a multi-turn env,
+    Vine's value error and the crossover plot are in the report, which passes the check."""
+    from dataclasses import replace
+
+    from forkgym.agents.bench.presets import narrow
+
+    small = dict(budget_tokens=1_500, warm_accuracy=None, warm_max_tokens=20_000, prompts_per_step=2)  # fmt: skip
+    methods = ("rloo", "ppo", "vine")
+    preset = narrow(PRESETS["boundary"], ["steps2-k8", "steps2-k1"])
+    regimes = tuple(
+        replace(r, **small, k=min(r.k, 2), methods=methods, ceiling_prompts=2 if r.k == 1 else 0,
+                vine_error_prompts=2 if r.k == 1 else 0)
+        for r in preset.regimes
+    )  # fmt: skip
+    preset = replace(preset, regimes=regimes, seeds=(0, 1), eval_episodes=4)
+    out = tmp_path / "b"
+    run_bench(preset, out, log=lambda _: None)
+    assert check_report(out, preset) == []
+    assert not (out / "steps2-k1" / "warm").exists()  # the K = 8 regime's warm start
+    vine = read_metrics(out / "steps2-k1" / "vine-seed0")
+    assert sum(r["tokens_generated_values"] for r in vine) > 0
+    report = (out / "report.md").read_text()
+    assert "plots/crossover.png" in report and (out / "plots" / "crossover.png").exists()
+    assert "Vine's values against a reference" in report
+    assert "value continuations" in report
+    assert json.loads((out / "steps2-k1" / "ceiling.json").read_text())["stride"] == 8
