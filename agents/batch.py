@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -108,6 +108,9 @@ class RolloutBatch:
     greedy_correct: torch.Tensor | None = None  # [P] bool
     greedy_lengths: torch.Tensor | None = None  # [P] int64
     cost: RolloutCost | None = None
+    # [P][K] (positions, values): the states of each sampled episode valued by Monte Carlo
+    # continuations (agents/fork_values.py; empty where none were), read from the episodes
+    state_values: list[list[tuple[list[int], list[float]]]] = field(default_factory=list)
 
     @classmethod
     def from_groups(
@@ -150,8 +153,14 @@ class RolloutBatch:
             greedy_diverged=grid(diverged, torch.int64, (p,)),
             weight_version=grid(oldest, torch.int64, (p,)),
             cost=cost or RolloutCost(),
+            state_values=_state_values(groups),
             **greedy,
         )
+
+    def with_state_values(self) -> RolloutBatch:
+        """The batch with :attr:`state_values` read again from its episodes (after the gen
+        stage valued their states)."""
+        return replace(self, state_values=_state_values(self.groups))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the groups and the cost; every tensor is rebuilt from the groups."""
@@ -184,7 +193,9 @@ class RolloutBatch:
             for f in fields(self)
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
-        return replace(self, groups=[self.groups[i] for i in index.tolist()], **picked)
+        chosen = index.tolist()
+        values = [self.state_values[i] for i in chosen] if self.state_values else []
+        return replace(self, groups=[self.groups[i] for i in chosen], state_values=values, **picked)
 
     @classmethod
     def cat(cls, batches: Sequence[RolloutBatch], cost: RolloutCost) -> RolloutBatch:
@@ -195,7 +206,8 @@ class RolloutBatch:
             for f in fields(first)
             if isinstance(getattr(first, f.name), torch.Tensor)
         }
-        return replace(first, groups=[g for b in batches for g in b.groups], cost=cost, **joined)
+        values = [v for b in batches for v in b.state_values]
+        return replace(first, groups=[g for b in batches for g in b.groups], cost=cost, state_values=values, **joined)  # fmt: skip
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -218,6 +230,10 @@ class RolloutBatch:
         """How many sampled episodes ended in each status (every status, zeros included)."""
         counts = torch.bincount(self.status[self.status >= 0], minlength=len(STATUSES))
         return dict(zip(STATUSES, counts.tolist(), strict=True))
+
+
+def _state_values(groups: Sequence[Group]) -> list[list[tuple[list[int], list[float]]]]:
+    return [[(list(ep.value_positions), list(ep.values)) for ep in g.sampled] for g in groups]
 
 
 def _outcome(ep: Episode) -> Outcome:

@@ -62,6 +62,7 @@ class Collector:
             spent = self.values(self.rollouts, batch, step)
             ledger.record_values(spent.value_continuations, spent.value_tokens)
             batch.cost = (batch.cost or RolloutCost()) + spent
+            batch = batch.with_state_values()
         return batch, ledger
 
     def _groups(self, step: int) -> tuple[RolloutBatch, GenerationLedger]:

@@ -130,14 +130,18 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float | N
     """``1 - Var(returns - values) / Var(returns)`` over matching 1-D tensors.
 
     None where it is undefined: fewer than two returns, or returns without variance (an
-    untrained policy whose rewards are all 0). Logged as null there, it enters no mean: a
+    untrained policy whose rewards are all 0; float32 rounding of equal returns included). Logged as null there, it enters no mean: a
     convention such as scikit-learn's 1.0 for a perfect fit would report a critic that learned
     nothing as a perfect one.
     """
     if returns.numel() < 2:
         return None
+    returns, values = returns.double(), values.double()
     total = returns.var(unbiased=False)
-    if total == 0:
+    # returns rebuilt in float32 as advantage + value (GAE) differ by rounding when every
+    # reward is equal: a variance at that level is none, not a denominator
+    scale = float(returns.abs().max()) ** 2
+    if total <= 1e-10 * max(scale, 1.0):
         return None
     residual = (returns - values).var(unbiased=False)
     return float(1.0 - residual / total)

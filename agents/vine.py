@@ -117,16 +117,16 @@ class Vine:
         if not len(tokens):
             return Advantages(torch.zeros(0), grid)
         mask = tokens.action_mask
-        sampled = batch.sampled
         rewards = batch.rewards.reshape(-1)
         adv = torch.zeros(mask.shape, dtype=torch.float32)
         returns, estimates, states = [], [], []
         for row, flat in enumerate(tokens.index.tolist()):
-            episode, reward = sampled[flat], float(rewards[flat])
-            adv[row] = segment_advantages(mask[row], episode.value_positions, episode.values, reward)  # fmt: skip
-            returns += [reward] * len(episode.values)
-            estimates += episode.values
-            states.append(len(episode.values))
+            positions, values = batch.state_values[flat // batch.k][flat % batch.k]
+            reward = float(rewards[flat])
+            adv[row] = segment_advantages(mask[row], positions, values, reward)
+            returns += [reward] * len(values)
+            estimates += values
+            states.append(len(values))
         metrics: dict[str, Any] = {}
         if self.options.group_centering is not None:
             adv, stats = group_centered_rows(adv, mask, tokens.index, batch.valid, mode=self.options.group_centering)  # fmt: skip

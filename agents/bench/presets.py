@@ -166,10 +166,12 @@ _STEPS = {"system_prompt": None, "digits": 1}
 _BOUNDARY_BUDGET = 30_000
 
 
-def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k: int, **more: Any) -> Regime:  # fmt: skip
-    """One regime of the boundary preset: K x (64 / K) prompts, the shared settings."""
+def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k: int, episodes: int, **more: Any) -> Regime:  # fmt: skip
+    """One regime of the boundary preset: K x (episodes / K) prompts a step (sized so that a
+    run gets about 20 steps: PPO's 6 critic-pretraining steps leave it room), the shared
+    settings."""
     values: dict[str, Any] = dict(
-        name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=64 // k,
+        name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
         budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
         fixed=_SWEPT, checkpoint_every=1_000,
     )  # fmt: skip
@@ -179,24 +181,24 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
 
 _BOUNDARY = (
     _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
-              "forkgym/Arithmetic-v0", _ARITH_2, k=8, max_new_tokens=32, warm_accuracy=0.3,
+              "forkgym/Arithmetic-v0", _ARITH_2, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32)),
-    _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts): no group to compare within",
-              "forkgym/Arithmetic-v0", _ARITH_2, k=1, max_new_tokens=32, warm_accuracy=0.3,
+    _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
+              "forkgym/Arithmetic-v0", _ARITH_2, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=8, max_new_tokens=48,
-              warm_accuracy=0.3, length_edges=(16, 32, 48, 64)),
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=8, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64)),
     _boundary("steps2-k1", "the same task at K = 1: the states' values are readable, and no group exists",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=1, max_new_tokens=48,
-              warm_accuracy=0.3, length_edges=(16, 32, 48, 64), warm_name="steps2-k8",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=1, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64), warm_name="steps2-k8",
               ceiling_prompts=16, ceiling_stride=8, vine_error_prompts=16),
     _boundary("steps3-k8", "CheckedSteps, 3 reported steps (4 turns), K = 8: a longer episode, a sparser reward",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, max_new_tokens=48,
-              warm_accuracy=0.2, length_edges=(16, 32, 48, 64)),
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64)),
     _boundary("steps3-k1", "the longer task at K = 1",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, max_new_tokens=48,
-              warm_accuracy=0.2, length_edges=(16, 32, 48, 64), warm_name="steps3-k8"),
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64), warm_name="steps3-k8"),
 )  # fmt: skip
 
 PRESETS: dict[str, Preset] = {

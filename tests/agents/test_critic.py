@@ -163,6 +163,10 @@ def test_explained_variance_is_undefined_without_variance_in_the_returns():
     returns = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
     assert explained_variance(returns, returns) == 1.0
     assert explained_variance(returns, torch.full((4,), 0.5, dtype=torch.float64)) == 0.0
+    # equal rewards come back from GAE as value + advantage in float32, differing by rounding:
+    # still no variance to explain (a run logged -4.7e12 here before)
+    rounded = torch.tensor([3e-8, -3e-8, 0.0, 6e-8])
+    assert explained_variance(rounded, torch.tensor([0.3, -0.2, 0.7, 0.1])) is None
 
 
 def test_whitening_uses_action_tokens_only_and_leaves_a_constant_batch_at_zero():

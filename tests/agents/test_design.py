@@ -21,7 +21,7 @@ from forkgym.agents.schedules import LR_SCHEDULES
 AGENTS = Path(forkgym.agents.__file__).parent
 PACKAGE = "forkgym.agents"
 # the stages after the batch is built: they read grids and rows, never an episode
-AFTER_THE_BATCH = ("trainer", "shaping", "advantages", "algorithms", "estimators", "ppo", "raft",
+AFTER_THE_BATCH = ("trainer", "shaping", "advantages", "algorithms", "estimators", "ppo", "raft", "vine",
                    "critic", "learner", "passes", "losses", "reductions", "diagnostics", "drift")  # fmt: skip
 EPISODE_ATTRIBUTES = {"groups", "episodes", "sampled", "branches"}
 
