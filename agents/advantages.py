@@ -27,7 +27,7 @@ from forkgym.registry import Registry
 
 from .batch import RolloutBatch, TokenBatch
 
-__all__ = ["ALGORITHMS", "Advantages", "Algorithm"]
+__all__ = ["ALGORITHMS", "Advantages", "Algorithm", "OwnsNothing", "options_problems"]
 
 
 @dataclass
@@ -79,3 +79,25 @@ class Algorithm(Protocol):
 
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", name_attribute="name")
+
+
+class OwnsNothing:
+    """The :class:`Algorithm` methods of one that trains and keeps nothing besides the policy."""
+
+    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def options_problems(options_type: type, options: dict[str, Any], *context: Any) -> list[str]:
+    """What is wrong with ``algorithm_kwargs`` for an algorithm whose options are the
+    dataclass ``options_type`` (with a ``problems(*context)`` method); nothing: ``[]``."""
+    try:
+        return options_type(**options).problems(*context)
+    except TypeError as exc:  # an unknown option
+        return [f"algorithm_kwargs={options!r}: {exc}"]

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from .advantages import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages, options_problems
 from .batch import MicroBatch, RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import (
@@ -235,10 +235,7 @@ class PPO:
     @classmethod
     def check(cls, config: TrainConfig, **options: Any) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
-        try:
-            return PPOOptions(**options).problems(config)
-        except TypeError as exc:  # an unknown option
-            return [f"algorithm_kwargs={options!r}: {exc}"]
+        return options_problems(PPOOptions, options, config)
 
     def _prompts(self, mb: MicroBatch) -> torch.Tensor | None:
         """The action mask that lets the value model share prompts (None: the full forward)."""

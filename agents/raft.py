@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .advantages import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages, OwnsNothing, options_problems
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
 
@@ -49,7 +49,7 @@ def accepted(
 
 
 @ALGORITHMS.register("raft")
-class RAFT:
+class RAFT(OwnsNothing):
     """Keep the verified-correct responses; a supervised step on them."""
 
     needs_greedy = False
@@ -63,10 +63,7 @@ class RAFT:
 
     @classmethod
     def check(cls, config: TrainConfig, **options: Any) -> list[str]:
-        try:
-            return RAFTOptions(**options).problems()
-        except TypeError as exc:  # an unknown option
-            return [f"algorithm_kwargs={options!r}: {exc}"]
+        return options_problems(RAFTOptions, options)
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         keep = accepted(batch.correct, batch.valid, self.options.max_per_prompt)
@@ -79,12 +76,3 @@ class RAFT:
             "raft/prompts_with_accepted": float(keep.any(1).sum()),
         }
         return Advantages(rows, grid, metrics, train_rows=rows > 0)
-
-    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from .advantages import ALGORITHMS, Advantages
+from .advantages import ALGORITHMS, Advantages, OwnsNothing, options_problems
 from .batch import RolloutBatch, TokenBatch
 from .config import TrainConfig
 from .critic import explained_variance, group_centered_rows, whitened
@@ -90,7 +90,7 @@ def segment_advantages(
 
 
 @ALGORITHMS.register("vine")
-class Vine:
+class Vine(OwnsNothing):
     """Segment advantages from Monte Carlo values of exact forks (see the module docstring)."""
 
     needs_greedy = False
@@ -107,10 +107,7 @@ class Vine:
     @classmethod
     def check(cls, config: TrainConfig, **options: Any) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
-        try:
-            return VineOptions(**options).problems(config)
-        except TypeError as exc:  # an unknown option
-            return [f"algorithm_kwargs={options!r}: {exc}"]
+        return options_problems(VineOptions, options, config)
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         grid = torch.zeros(batch.rewards.shape, dtype=torch.float32)
@@ -145,12 +142,3 @@ class Vine:
             }
         )
         return Advantages(adv, grid, metrics)
-
-    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass

@@ -15,9 +15,12 @@ continued to the episode's end from a fork of the env at its turn) or ``checked-
 (the same, the tool only recording each result). The policy is ``--model`` or, without it,
 the default tiny model after ``--sft-tokens`` of SFT on the task's gold demonstrations.
 ``--stride n`` scores every n-th action token of each turn (an unbiased subsample).
+``--critic DIR`` reads a PPO checkpoint's value model against the same scored tokens (its
+explained variance and its share of the exact value's, with intervals over the same
+resamples); its policy is the one sampled unless ``--model`` names another.
 
 Run: ``python benchmarks/critic_ceiling.py [--task arithmetic] [--model DIR] [--prompts 8]
-[--k 8] [--m 16] [--batches 1] [--bootstrap 1000] [--stride 1]``.
+[--k 8] [--m 16] [--batches 1] [--bootstrap 1000] [--stride 1] [--critic CHECKPOINT]``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from pathlib import Path
 
 import torch
 
-from forkgym.agents.bench.ceiling import FIGURES, ceiling_batch
+from forkgym.agents.bench.ceiling import (
+    CRITIC_FIGURES,
+    FIGURES,
+    ceiling_batch,
+    critic_from_checkpoint,
+)
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.sft import sft
@@ -69,7 +77,12 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=1, help="batches of fresh prompts")
     parser.add_argument("--bootstrap", type=int, default=1000, help="resamples of prompts")
     parser.add_argument("--stride", type=int, default=1, help="score every n-th action token of a turn")  # fmt: skip
+    parser.add_argument(
+        "--critic", default=None, help="a PPO checkpoint whose value model is read beside"
+    )
     args = parser.parse_args()
+    if args.model is None and args.critic is not None:
+        args.model = args.critic
     env, env_kwargs, max_new_tokens, about = TASKS[args.task]
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
@@ -82,16 +95,19 @@ def main() -> int:
         model, tokenizer = load_policy_model(model_dir)
     model.eval()
     policy = HFPolicy(model, tokenizer, seed=args.seed)
+    critic = critic_from_checkpoint(args.critic) if args.critic else None
     print(
         f"critic_ceiling  {env} ({about}), {args.prompts} prompts x K={args.k}, {args.m} "
         f"continuations per prefix, every {args.stride} action token(s), {args.batches} batch(es), "
         f"torch threads={torch.get_num_threads()}"
     )
     print(f"policy: {args.model or f'tiny model after {args.sft_tokens:,} SFT tokens'}")
+    if critic is not None:
+        print(f"critic: the value model of {args.critic}")
     for b in range(args.batches):
         result = ceiling_batch(policy, tokenizer, env, env_kwargs, max_new_tokens=max_new_tokens,
                                prompts=args.prompts, k=args.k, m=args.m, seed=args.seed, batch=b,
-                               bootstrap=args.bootstrap, stride=args.stride)  # fmt: skip
+                               bootstrap=args.bootstrap, stride=args.stride, critic=critic)  # fmt: skip
         print_batch(result, t0)
     return 0
 
@@ -101,8 +117,12 @@ def print_batch(result: dict, t0: float) -> None:
           f"action tokens {result['action_tokens']:,} ({result['scored_tokens']:,} scored), {result['continuations']:,} continuations, "
           f"{time.perf_counter() - t0:.0f} s so far")  # fmt: skip
     print(f"{'value':62} {'explained variance':>18} {'95% over prompts':>20}")
-    for key, name, _, _ in FIGURES:
-        f = result["figures"][key]
+    rows = [(key, name) for key, name, _, _ in FIGURES + CRITIC_FIGURES]
+    rows.append(("critic_share", "the critic's share of the exact value's"))
+    for key, name in rows:
+        f = result["figures"].get(key)
+        if f is None:
+            continue
         point = "undefined" if f["point"] is None else f"{f['point']:.3f}"
         span = "" if f["low"] is None else f"[{f['low']:.3f}, {f['high']:.3f}]"
         print(f"{name.replace(chr(92), ''):62} {point:>18} {span:>20}")

@@ -18,6 +18,12 @@ real baseline, the mean reward of the response's K - 1 group mates (a group mean
 includes the response itself would be R's rescaled residual, not a baseline). Every figure has
 a 95% bootstrap interval over the batch's prompts.
 
+Given a learned critic (``critic``: a function from an episode's tokens to the value before each
+of them, as PPO's value model computes it; :func:`critic_from_checkpoint` loads one from a PPO
+checkpoint), its explained variance is measured on the same scored tokens of the same fresh
+batch, with its share of the exact value's, each with its interval over the same resamples:
+a critic read against its ceiling on identical data it never trained on.
+
 A single-turn env continues a prefix with one generation; a multi-turn one continues it to the
 episode's end on a fork of the env at the prefix's turn (:func:`ceiling_batch`). The benchmark
 (:func:`measure_ceilings`) measures it on fresh prompts at the warm start and at the end of
@@ -35,7 +41,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["FIGURES", "ceiling_batch", "ceiling_table", "measure_ceilings"]
+__all__ = [
+    "FIGURES",
+    "ceiling_batch",
+    "ceiling_table",
+    "critic_from_checkpoint",
+    "measure_ceilings",
+]
 
 # (key, what it is, the value column, the noise column taken out of the squared error)
 FIGURES: tuple[tuple[str, str, str, str | None], ...] = (
@@ -43,6 +55,9 @@ FIGURES: tuple[tuple[str, str, str, str | None], ...] = (
     ("exact_value_uncorrected", "the same, uncorrected (m continuations' mean)", "v", None),
     ("prompt_value", "each prompt's exact success rate (a perfect group baseline)", "pv", "pnoise"),
     ("rloo_baseline", "RLOO's baseline: the mean of the K - 1 group mates", "loo", None),
+)
+CRITIC_FIGURES: tuple[tuple[str, str, str, str | None], ...] = (
+    ("critic", "the learned critic (PPO's value model)", "c", None),
 )
 CEILING_SEED = 30_000  # the ceiling's prompts: a train-side stream no run draws
 
@@ -120,6 +135,34 @@ def _continued(runner: Any, task_seed: int, ep: Any, m: int, batch: int, g: int,
     return [scores[n * m : (n + 1) * m] for n in range(len(positions))]
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b == b and b > 0 and a == a else math.nan
+
+
+def critic_from_checkpoint(folder: str | Path) -> Callable[[list[int]], list[float]]:
+    """PPO's value model from a checkpoint (``algorithm.pt`` beside the policy's weights), as a
+    function from an episode's tokens to the value before each token (0 before the first).
+    The value model's kind (its own trunk or a head on the policy's) is read from its keys."""
+    from ..models import load_policy_model
+    from ..ppo import SharedValueHead, ValueModel
+
+    state = torch.load(Path(folder) / "algorithm.pt", weights_only=True)
+    if "value" not in state:
+        raise ValueError(f"{folder}: algorithm.pt holds no value model (not a PPO checkpoint)")
+    policy, _ = load_policy_model(str(folder))
+    kind = ValueModel if any(k.startswith("trunk.") for k in state["value"]) else SharedValueHead
+    value = kind(policy)
+    value.load_state_dict(state["value"])
+    value.eval()
+
+    @torch.no_grad()
+    def values(token_ids: list[int]) -> list[float]:
+        ids = torch.tensor([token_ids])
+        return value(ids, torch.ones_like(ids))[0].tolist()
+
+    return values
+
+
 def ceiling_batch(
     policy: Any,
     tokenizer: Any,
@@ -134,6 +177,7 @@ def ceiling_batch(
     batch: int,
     bootstrap: int = 1000,
     stride: int = 1,
+    critic: Callable[[list[int]], list[float]] | None = None,
 ) -> dict[str, Any]:
     """One batch of fresh train-side prompts (stream ``seed``, step ``batch``): every figure of
     :data:`FIGURES` as ``{"point", "low", "high"}`` (None where undefined), with the batch's
@@ -144,7 +188,8 @@ def ceiling_batch(
     start of the prefix's turn and forked once per continuation, the tool results of the
     continuation's own turns real. ``stride`` > 1 scores every ``stride``-th action token of
     each turn (its first included) instead of every one: an unbiased subsample of the pooled
-    tokens at a fraction of the continuations."""
+    tokens at a fraction of the continuations. With ``critic``, its figures too (the
+    ``critic`` row and ``critic_share``, its explained variance over the exact value's)."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
@@ -159,7 +204,7 @@ def ceiling_batch(
     rollouts = runner.collect(task_seeds(seed, "train", batch, prompts))
     env = gym.make(env_id, **env_kwargs)
     multi_turn = int(getattr(env.unwrapped, "max_turns", 1)) > 1
-    rows: dict[str, list[float]] = {c: [] for c in ("r", "v", "noise", "pv", "pnoise", "loo", "prompt")}  # fmt: skip
+    rows: dict[str, list[float]] = {c: [] for c in ("r", "v", "noise", "pv", "pnoise", "loo", "c", "prompt")}  # fmt: skip
     continuations = 0
     for g, group in enumerate(rollouts.groups):
         valid = [ep for ep in group.sampled if ep.valid]
@@ -172,6 +217,9 @@ def ceiling_batch(
             continuations += sum(len(x) for x in scores_per_prefix)
             loo = (total - ep.reward) / (len(valid) - 1) if len(valid) > 1 else math.nan
             first = len(rows["v"])
+            if critic is not None:
+                values = critic(list(ep.token_ids))
+                rows["c"] += [values[i] for i in _scored_positions(ep, stride)]
             for scores in scores_per_prefix:
                 p = sum(scores) / m
                 var = sum((s - p) ** 2 for s in scores) / (m - 1)
@@ -200,12 +248,20 @@ def ceiling_batch(
     gen = torch.Generator().manual_seed(seed + batch)
     draws = [torch.randint(len(by_prompt), (len(by_prompt),), generator=gen) for _ in range(bootstrap if by_prompt else 0)]  # fmt: skip
     resamples = [torch.cat([by_prompt[i] for i in draw]) for draw in draws]
-    figures: dict[str, Any] = {}
-    for key, _, value, noise in FIGURES:
-        point = ev(everything, value, noise)
-        boot = sorted(x for x in (ev(i, value, noise) for i in resamples) if x == x)
+    if critic is None:
+        del t["c"]
+
+    def span(score: Callable[[torch.Tensor], float]) -> dict[str, float | None]:
+        point = score(everything)
+        boot = sorted(x for x in (score(i) for i in resamples) if x == x)
         low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
-        figures[key] = {"point": None if point != point else point, "low": low, "high": high}
+        return {"point": None if point != point else point, "low": low, "high": high}
+
+    figures: dict[str, Any] = {}
+    for key, _, value, noise in FIGURES + (CRITIC_FIGURES if critic is not None else ()):
+        figures[key] = span(lambda i, value=value, noise=noise: ev(i, value, noise))
+    if critic is not None:  # the critic's share of what the exact value explains
+        figures["critic_share"] = span(lambda i: _ratio(ev(i, "c", None), ev(i, "v", "noise")))
     return {
         "batch": batch,
         "responses": int(rollouts.valid.sum()),

@@ -36,6 +36,21 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(xs) if xs else math.nan
 
 
+def _first_and_last(
+    rows: list[dict[str, Any]], prefix: str, keys: tuple[str, ...]
+) -> dict[str, float]:
+    """Each ``prefix/key``'s mean over the first and the last quarter of a run's rows (empty
+    when the run did not log ``prefix/explained_variance``)."""
+    if not any(f"{prefix}/explained_variance" in r for r in rows):
+        return {}
+    quarter = max(1, len(rows) // 4)
+    out = {}
+    for key in keys:
+        out[f"{key}_first"] = _mean(rows[:quarter], f"{prefix}/{key}")
+        out[f"{key}_last"] = _mean(rows[-quarter:], f"{prefix}/{key}")
+    return out
+
+
 def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float, fractions: tuple[float, ...]) -> RunSummary:  # fmt: skip
     rows = read_metrics(folder)
     kind = resolve_method(method).kind
@@ -55,24 +70,10 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
     for f in fractions:
         hit = [acc for tokens, _, acc in curve[1:] if tokens >= f * budget]
         at[f] = hit[0] if hit else math.nan
-    tail = rows[-max(1, len(rows) // 4) :]
-    critic = {}
-    if any("critic/explained_variance" in r for r in rows):
-        head = rows[: max(1, len(rows) // 4)]
-        critic = {
-            "value_loss_first": _mean(head, "critic/value_loss"),
-            "value_loss_last": _mean(tail, "critic/value_loss"),
-            "explained_variance_first": _mean(head, "critic/explained_variance"),
-            "explained_variance_last": _mean(tail, "critic/explained_variance"),
-            "value_clip_frac": _mean(rows, "critic/value_clip_frac"),
-        }
-    vine = {}
-    if any("vine/explained_variance" in r for r in rows):
-        head = rows[: max(1, len(rows) // 4)]
-        vine = {
-            "explained_variance_first": _mean(head, "vine/explained_variance"),
-            "explained_variance_last": _mean(tail, "vine/explained_variance"),
-        }
+    critic = _first_and_last(rows, "critic", ("value_loss", "explained_variance"))
+    if critic:
+        critic["value_clip_frac"] = _mean(rows, "critic/value_clip_frac")
+    vine = _first_and_last(rows, "vine", ("explained_variance",))
     strata: dict[str, float] = {}
     for key in {k for r in rows for k in r if k.startswith(("diag/adv/by_", "diag/loss/by_")) and k.endswith("/abs_mean")}:  # fmt: skip
         strata[key[len("diag/") : -len("/abs_mean")]] = _mean(rows, key)

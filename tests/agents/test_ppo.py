@@ -98,7 +98,8 @@ def test_ppo_trains_checkpoints_and_resumes_exactly(tmp_path, warm_model_dir, op
     )  # fmt: skip
     Trainer(config(tmp_path, warm_model_dir, "full", steps=3, **ppo)).run()
     Trainer(config(tmp_path, warm_model_dir, "part", steps=2, **ppo)).run()
-    Trainer(config(tmp_path, warm_model_dir, "part", steps=3, **ppo), resume=True).run()
+    resumed = Trainer(config(tmp_path, warm_model_dir, "part", steps=3, **ppo), resume=True)
+    resumed.run()
     full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
     assert comparable(full) == comparable(part)
     last = full[-1]
@@ -114,6 +115,14 @@ def test_ppo_trains_checkpoints_and_resumes_exactly(tmp_path, warm_model_dir, op
     else:
         assert any(k.startswith("trunk.") for k in saved["value"])
     assert last["critic/value_mean"] != 0  # the critic moved off its zero start
+    # the ceiling benchmark reads the last checkpoint's critic as the run left it
+    from forkgym.agents.bench.ceiling import critic_from_checkpoint
+
+    final = sorted((tmp_path / "part" / "checkpoints").glob("step_*"))[-1]
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    with torch.no_grad():
+        live = resumed.algorithm.value(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))  # fmt: skip
+    assert critic_from_checkpoint(final)(ids) == live[0].tolist() and any(live[0, 1:] != 0)
 
 
 @pytest.mark.parametrize(

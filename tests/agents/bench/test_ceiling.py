@@ -35,6 +35,31 @@ def test_every_figure_is_there_with_an_interval(result):
             assert f["point"] <= 1.0 and f["low"] <= f["high"]
 
 
+def test_a_critic_is_read_on_the_same_scored_tokens(warm_model_dir, result):
+    """A critic that says the same number everywhere explains nothing (at most 0, exactly 0
+    only at the pooled mean reward), and its share is its figure over the exact value's."""
+    model, tokenizer = load_policy_model(warm_model_dir)
+    model.eval()
+    seen = []
+
+    def constant(token_ids):
+        seen.append(len(token_ids))
+        return [0.5] * len(token_ids)
+
+    shape = dict(max_new_tokens=12, prompts=6, k=4, m=4, seed=5, batch=0, bootstrap=200)
+    policy = HFPolicy(model, tokenizer, seed=0)
+    out = ceiling_batch(policy, tokenizer, "forkgym/Arithmetic-v0", WARM_ENV_KWARGS, critic=constant, **shape)  # fmt: skip
+    assert len(seen) == out["responses"]  # once per episode, its whole token list
+    assert out["figures"]["exact_value"] == result["figures"]["exact_value"]  # same batch
+    critic, exact = out["figures"]["critic"], out["figures"]["exact_value"]
+    if exact["point"] is None:
+        pytest.skip("every sampled reward was equal: explained variance is undefined")
+    assert critic["point"] <= 1e-12 and critic["high"] <= 1e-12
+    share = out["figures"]["critic_share"]["point"]
+    if exact["point"] > 0:
+        assert share == pytest.approx(critic["point"] / exact["point"])
+
+
 def test_taking_the_estimates_noise_out_can_only_raise_the_exact_values_figure(result):
     exact, raw = result["figures"]["exact_value"], result["figures"]["exact_value_uncorrected"]
     if exact["point"] is None:
