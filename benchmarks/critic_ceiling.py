@@ -17,7 +17,8 @@ the default tiny model after ``--sft-tokens`` of SFT on the task's gold demonstr
 ``--stride n`` scores every n-th action token of each turn (an unbiased subsample).
 ``--critic DIR`` reads a PPO checkpoint's value model against the same scored tokens (its
 explained variance and its share of the exact value's, with intervals over the same
-resamples); its policy is the one sampled unless ``--model`` names another.
+resamples); its policy is the one sampled unless ``--model`` names another. With several
+batches, each figure's mean over them follows, with a 95% t-interval over batches.
 
 Run: ``python benchmarks/critic_ceiling.py [--task arithmetic] [--model DIR] [--prompts 8]
 [--k 8] [--m 16] [--batches 1] [--bootstrap 1000] [--stride 1] [--critic CHECKPOINT]``.
@@ -39,6 +40,7 @@ from forkgym.agents.bench.ceiling import (
     ceiling_batch,
     critic_from_checkpoint,
 )
+from forkgym.agents.bench.stats import interval
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.sft import sft
@@ -104,12 +106,33 @@ def main() -> int:
     print(f"policy: {args.model or f'tiny model after {args.sft_tokens:,} SFT tokens'}")
     if critic is not None:
         print(f"critic: the value model of {args.critic}")
+    results = []
     for b in range(args.batches):
         result = ceiling_batch(policy, tokenizer, env, env_kwargs, max_new_tokens=max_new_tokens,
                                prompts=args.prompts, k=args.k, m=args.m, seed=args.seed, batch=b,
                                bootstrap=args.bootstrap, stride=args.stride, critic=critic)  # fmt: skip
         print_batch(result, t0)
+        results.append(result)
+    if len(results) > 1:
+        print_means(results)
     return 0
+
+
+def print_means(results: list[dict]) -> None:
+    """Each figure's mean over the batches, with a 95% t-interval over them."""
+    print(f"over {len(results)} batches: mean and 95% t-interval over batches")
+    for key, name in _rows():
+        points = [r["figures"][key]["point"] for r in results if key in r["figures"]]
+        if points:
+            i = interval([p for p in points if p is not None])
+            print(
+                f"{name.replace(chr(92), ''):62} {i!s:>18}  (n={sum(p is not None for p in points)})"
+            )
+
+
+def _rows() -> list[tuple[str, str]]:
+    rows = [(key, name) for key, name, _, _ in FIGURES + CRITIC_FIGURES]
+    return [*rows, ("critic_share", "the critic's share of the exact value's")]
 
 
 def print_batch(result: dict, t0: float) -> None:
@@ -117,9 +140,7 @@ def print_batch(result: dict, t0: float) -> None:
           f"action tokens {result['action_tokens']:,} ({result['scored_tokens']:,} scored), {result['continuations']:,} continuations, "
           f"{time.perf_counter() - t0:.0f} s so far")  # fmt: skip
     print(f"{'value':62} {'explained variance':>18} {'95% over prompts':>20}")
-    rows = [(key, name) for key, name, _, _ in FIGURES + CRITIC_FIGURES]
-    rows.append(("critic_share", "the critic's share of the exact value's"))
-    for key, name in rows:
+    for key, name in _rows():
         f = result["figures"].get(key)
         if f is None:
             continue
