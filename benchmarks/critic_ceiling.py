@@ -18,7 +18,9 @@ the default tiny model after ``--sft-tokens`` of SFT on the task's gold demonstr
 ``--critic DIR`` reads a PPO checkpoint's value model against the same scored tokens (its
 explained variance and its share of the exact value's, with intervals over the same
 resamples); its policy is the one sampled unless ``--model`` names another. With several
-batches, each figure's mean over them follows, with a 95% t-interval over batches.
+batches, each figure's mean over them follows, with a 95% t-interval over batches, and the
+exact value's and critic's figures over all batches' tokens pooled (one variance of the reward,
+so a batch where nearly every reward is equal, whose ratio is noise, weighs what it holds).
 
 Run: ``python benchmarks/critic_ceiling.py [--task arithmetic] [--model DIR] [--prompts 8]
 [--k 8] [--m 16] [--batches 1] [--bootstrap 1000] [--stride 1] [--critic CHECKPOINT]``.
@@ -39,6 +41,7 @@ from forkgym.agents.bench.ceiling import (
     FIGURES,
     ceiling_batch,
     critic_from_checkpoint,
+    pooled_figures,
 )
 from forkgym.agents.bench.stats import interval
 from forkgym.agents.hf_policy import HFPolicy
@@ -115,7 +118,20 @@ def main() -> int:
         results.append(result)
     if len(results) > 1:
         print_means(results)
+        print_pooled(results, args.bootstrap, args.seed)
     return 0
+
+
+def print_pooled(results: list[dict], bootstrap: int, seed: int) -> None:
+    """The exact value's and the critic's figures over all batches' scored tokens pooled."""
+    tokens = sum(r["scored_tokens"] for r in results)
+    prompts = sum(len(r["prompt_sums"]) for r in results)
+    print(f"all {len(results)} batches pooled ({tokens:,} scored tokens; 95% over {prompts} prompts)")  # fmt: skip
+    names = dict(_rows())
+    for key, f in pooled_figures(results, bootstrap, seed).items():
+        point = "undefined" if f["point"] is None else f"{f['point']:.3f}"
+        span = "" if f["low"] is None else f"[{f['low']:.3f}, {f['high']:.3f}]"
+        print(f"{names[key].replace(chr(92), ''):62} {point:>18} {span:>20}")
 
 
 def print_means(results: list[dict]) -> None:

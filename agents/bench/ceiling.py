@@ -23,6 +23,7 @@ of them, as PPO's value model computes it; :func:`critic_from_checkpoint` loads 
 checkpoint), its explained variance is measured on the same scored tokens of the same fresh
 batch, with its share of the exact value's, each with its interval over the same resamples:
 a critic read against its ceiling on identical data it never trained on.
+:func:`pooled_figures` pools several batches' scored tokens into one figure each.
 
 A single-turn env continues a prefix with one generation; a multi-turn one continues it to the
 episode's end on a fork of the env at the prefix's turn (:func:`ceiling_batch`). The benchmark
@@ -47,6 +48,7 @@ __all__ = [
     "ceiling_table",
     "critic_from_checkpoint",
     "measure_ceilings",
+    "pooled_figures",
 ]
 
 # (key, what it is, the value column, the noise column taken out of the squared error)
@@ -262,6 +264,14 @@ def ceiling_batch(
         figures[key] = span(lambda i, value=value, noise=noise: ev(i, value, noise))
     if critic is not None:  # the critic's share of what the exact value explains
         figures["critic_share"] = span(lambda i: _ratio(ev(i, "c", None), ev(i, "v", "noise")))
+    sums = []  # per prompt: what pooling batches needs (:func:`pooled_figures`)
+    for index in by_prompt:
+        r = t["r"][index]
+        entry = {"n": len(index), "r": float(r.sum()), "r2": float((r**2).sum()),
+                 "v": float(((r - t["v"][index]) ** 2).sum()), "noise": float(t["noise"][index].sum())}  # fmt: skip
+        if critic is not None:
+            entry["c"] = float(((r - t["c"][index]) ** 2).sum())
+        sums.append(entry)
     return {
         "batch": batch,
         "responses": int(rollouts.valid.sum()),
@@ -272,7 +282,45 @@ def ceiling_batch(
         "scored_tokens": len(rows["r"]),
         "continuations": continuations,
         "figures": figures,
+        "prompt_sums": sums,
     }
+
+
+def _pooled_ev(sums: list[dict[str, float]], key: str, noise: bool) -> float:
+    n = sum(x["n"] for x in sums)
+    if n == 0:
+        return math.nan
+    mean = sum(x["r"] for x in sums) / n
+    var_r = sum(x["r2"] for x in sums) / n - mean**2
+    if var_r <= 1e-12 * max(1.0, mean**2):  # equal rewards, up to rounding: undefined
+        return math.nan
+    residual = sum(x[key] - (x["noise"] if noise else 0.0) for x in sums) / n
+    return 1 - residual / var_r
+
+
+def pooled_figures(batches: list[dict[str, Any]], bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The exact value's explained variance (noise taken out) and, where a critic was read, the
+    critic's and its share, over every scored token of ``batches`` (results of
+    :func:`ceiling_batch`) pooled: one variance of the reward over all of them, so a batch
+    whose rewards barely vary weighs as little as it says. Each figure ``{"point", "low",
+    "high"}`` (None where undefined), the interval a 95% bootstrap over all the batches'
+    prompts."""
+    sums = [x for b in batches for x in b["prompt_sums"]]
+    scores: dict[str, Callable[[list[dict[str, float]]], float]] = {
+        "exact_value": lambda s: _pooled_ev(s, "v", True)
+    }
+    if sums and all("c" in x for x in sums):
+        scores["critic"] = lambda s: _pooled_ev(s, "c", False)
+        scores["critic_share"] = lambda s: _ratio(_pooled_ev(s, "c", False), _pooled_ev(s, "v", True))  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    draws = [torch.randint(len(sums), (len(sums),), generator=gen).tolist() for _ in range(bootstrap if sums else 0)]  # fmt: skip
+    out: dict[str, Any] = {}
+    for key, score in scores.items():
+        point = score(sums)
+        boot = sorted(x for x in (score([sums[i] for i in d]) for d in draws) if x == x)
+        low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
+        out[key] = {"point": None if point != point else point, "low": low, "high": high}
+    return out
 
 
 def measure_ceilings(

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from forkgym.agents.bench import PRESETS
-from forkgym.agents.bench.ceiling import FIGURES, ceiling_batch, ceiling_table
+from forkgym.agents.bench.ceiling import FIGURES, ceiling_batch, ceiling_table, pooled_figures
 from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.models import load_policy_model
 from tests.conftest import WARM_ENV_KWARGS
@@ -58,6 +58,45 @@ def test_a_critic_is_read_on_the_same_scored_tokens(warm_model_dir, result):
     share = out["figures"]["critic_share"]["point"]
     if exact["point"] > 0:
         assert share == pytest.approx(critic["point"] / exact["point"])
+
+
+def test_one_batch_pooled_is_that_batchs_own_figure(result):
+    pooled = pooled_figures([result], bootstrap=50)
+    own = result["figures"]["exact_value"]["point"]
+    if own is None:
+        assert pooled["exact_value"]["point"] is None
+    else:
+        assert pooled["exact_value"]["point"] == pytest.approx(own, abs=1e-9)
+    assert sum(x["n"] for x in result["prompt_sums"]) == result["scored_tokens"]
+
+
+def _batch(prompts):
+    """A ceiling result's per-prompt sums from (reward, exact value, noise, critic) tokens."""
+    sums = [{"n": len(p), "r": sum(r for r, *_ in p), "r2": sum(r * r for r, *_ in p),
+             "v": sum((r - v) ** 2 for r, v, _, _ in p), "noise": sum(q for _, _, q, _ in p),
+             "c": sum((r - c) ** 2 for r, _, _, c in p)} for p in prompts]  # fmt: skip
+    return {"prompt_sums": sums}
+
+
+def test_pooling_takes_one_variance_over_every_batchs_tokens():
+    """Pooled figures are those of the concatenated tokens, so a batch with one success in
+    many, whose own share is a ratio of two near-zeros, weighs only what it holds."""
+    a = [[(1.0, 0.8, 0.01, 0.6), (0.0, 0.3, 0.02, 0.4)], [(1.0, 0.9, 0.0, 0.5), (0.0, 0.1, 0.01, 0.3)]]  # fmt: skip
+    b = [[(0.0, 0.05, 0.0, 0.6)] * 9 + [(1.0, 0.2, 0.01, 0.2)]]
+    tokens = [t for p in a + b for t in p]
+    n = len(tokens)
+    mean = sum(r for r, *_ in tokens) / n
+    var = sum((r - mean) ** 2 for r, *_ in tokens) / n
+    exact = 1 - (sum((r - v) ** 2 - q for r, v, q, _ in tokens) / n) / var
+    critic = 1 - (sum((r - c) ** 2 for r, _, _, c in tokens) / n) / var
+    out = pooled_figures([_batch(a), _batch(b)], bootstrap=200)
+    assert out["exact_value"]["point"] == pytest.approx(exact)
+    assert out["critic"]["point"] == pytest.approx(critic)
+    assert out["critic_share"]["point"] == pytest.approx(critic / exact)
+    for f in out.values():
+        assert f["low"] <= f["high"]
+    same = [[(1.0, 0.5, 0.0, 0.5)] * 3]  # every reward equal: undefined, not a number
+    assert pooled_figures([_batch(same)], bootstrap=10)["critic"]["point"] is None
 
 
 def test_taking_the_estimates_noise_out_can_only_raise_the_exact_values_figure(result):
