@@ -28,7 +28,10 @@ comparison with the critic-free estimators must hold fixed). Per step:
 ``value_warmup_steps``: for the first steps only the critic trains (the policy does not move);
 those steps generate rollouts like any other, so their tokens and time count in every budget.
 
-Logged under ``critic/``: value and return means, explained variance before the update,
+Logged under ``critic/``: value and return means, explained variance before the update (of
+the critic's targets, and ``explained_variance_return`` of the Monte Carlo returns: the same
+where ``value_lam`` is 1, while bootstrapped targets contain the critic's own values and
+flatter it),
 value loss, value-clip fraction, the value model's gradient norm and learning rate.
 """
 
@@ -273,11 +276,16 @@ class PPO:
         per_response = (adv * mask).sum(1) / mask.sum(1).clamp(min=1)
         grid.view(-1)[tokens.index] = per_response
         ret, val = returns[mask].double(), values[mask].double()
+        if (self.options.lam if value_lam is None else value_lam) == 1:
+            full = ret  # the targets are the Monte Carlo returns already
+        else:  # bootstrapped targets hold the critic's own values: read it on the returns too
+            full = gae(rewards, values, mask, gamma=self.options.gamma, lam=1.0)[1][mask].double()
         metrics.update(
             {
                 "critic/value_mean": float(val.mean()) if val.numel() else 0.0,
                 "critic/return_mean": float(ret.mean()) if ret.numel() else 0.0,
                 "critic/explained_variance": explained_variance(ret, val),
+                "critic/explained_variance_return": explained_variance(full, val),
                 "critic/adv_mean": float(adv[mask].mean()) if mask.any() else 0.0,
                 "critic/adv_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
             }

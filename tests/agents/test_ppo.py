@@ -171,6 +171,27 @@ def test_the_critic_targets_take_their_own_lambda(model):
     assert not torch.allclose(adv[mask] + values[mask], ppo._returns[mask])  # lam=0.5 differs
 
 
+@pytest.mark.parametrize("value_lam", [0.5, 1.0])
+def test_the_critic_is_also_read_against_the_monte_carlo_returns(model, value_lam):
+    """Bootstrapped targets (value_lam < 1) hold the critic's own values, so its explained
+    variance of them flatters it; the returns' figure is the one a ceiling compares."""
+    from forkgym.agents.critic import explained_variance
+
+    tokens = tokens_of(["correct", "incorrect", "correct"], [3, 4, 2])
+    cfg = TrainConfig(algorithm="ppo", k=3, algorithm_kwargs={"lam": 0.9, "value_lam": value_lam})  # fmt: skip
+    ppo = _randomised(build_algorithm(cfg, model))
+    metrics = ppo.advantages(_batch_for(tokens), tokens).metrics
+    mask = tokens.action_mask
+    rewards = torch.tensor([1.0, 0.0, 1.0])[:, None].expand_as(mask)[mask].double()
+    values = ppo._old_values[mask].double()
+    assert metrics["critic/explained_variance_return"] == pytest.approx(explained_variance(rewards, values))  # fmt: skip
+    targets = metrics["critic/explained_variance"]
+    if value_lam == 1.0:
+        assert targets == metrics["critic/explained_variance_return"]
+    else:
+        assert targets != pytest.approx(metrics["critic/explained_variance_return"])
+
+
 def test_a_shared_value_head_trains_the_head_and_never_the_policy(model):
     cfg = TrainConfig(algorithm="ppo", lr=1e-2, k=3, algorithm_kwargs={"value_model": "shared"})
     before = {k: v.clone() for k, v in model.state_dict().items()}
