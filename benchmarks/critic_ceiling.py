@@ -129,9 +129,7 @@ def print_pooled(results: list[dict], bootstrap: int, seed: int) -> None:
     print(f"all {len(results)} batches pooled ({tokens:,} scored tokens; 95% over {prompts} prompts)")  # fmt: skip
     names = dict(_rows())
     for key, f in pooled_figures(results, bootstrap, seed).items():
-        point = "undefined" if f["point"] is None else f"{f['point']:.3f}"
-        span = "" if f["low"] is None else f"[{f['low']:.3f}, {f['high']:.3f}]"
-        print(f"{names[key].replace(chr(92), ''):62} {point:>18} {span:>20}")
+        print_figure(names[key], f)
 
 
 def print_means(results: list[dict]) -> None:
@@ -157,12 +155,15 @@ def print_batch(result: dict, t0: float) -> None:
           f"{time.perf_counter() - t0:.0f} s so far")  # fmt: skip
     print(f"{'value':62} {'explained variance':>18} {'95% over prompts':>20}")
     for key, name in _rows():
-        f = result["figures"].get(key)
-        if f is None:
-            continue
-        point = "undefined" if f["point"] is None else f"{f['point']:.3f}"
-        span = "" if f["low"] is None else f"[{f['low']:.3f}, {f['high']:.3f}]"
-        print(f"{name.replace(chr(92), ''):62} {point:>18} {span:>20}")
+        if key in result["figures"]:
+            print_figure(name, result["figures"][key])
+
+
+def print_figure(name: str, f: dict) -> None:
+    """One figure's line: its point and its 95% interval."""
+    point = "undefined" if f["point"] is None else f"{f['point']:.3f}"
+    span = "" if f["low"] is None else f"[{f['low']:.3f}, {f['high']:.3f}]"
+    print(f"{name.replace(chr(92), ''):62} {point:>18} {span:>20}")
 
 
 if __name__ == "__main__":

@@ -137,6 +137,14 @@ def _continued(runner: Any, task_seed: int, ep: Any, m: int, batch: int, g: int,
     return [scores[n * m : (n + 1) * m] for n in range(len(positions))]
 
 
+def _bootstrap_span(point: float, resampled: list[float]) -> dict[str, float | None]:
+    """``{"point", "low", "high"}``: the 95% percentile interval of the resampled figures
+    (undefined ones left out); None where the point or every resample is undefined."""
+    boot = sorted(x for x in resampled if x == x)
+    low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
+    return {"point": None if point != point else point, "low": low, "high": high}
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b == b and b > 0 and a == a else math.nan
 
@@ -254,10 +262,7 @@ def ceiling_batch(
         del t["c"]
 
     def span(score: Callable[[torch.Tensor], float]) -> dict[str, float | None]:
-        point = score(everything)
-        boot = sorted(x for x in (score(i) for i in resamples) if x == x)
-        low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
-        return {"point": None if point != point else point, "low": low, "high": high}
+        return _bootstrap_span(score(everything), [score(i) for i in resamples])
 
     figures: dict[str, Any] = {}
     for key, _, value, noise in FIGURES + (CRITIC_FIGURES if critic is not None else ()):
@@ -314,13 +319,10 @@ def pooled_figures(batches: list[dict[str, Any]], bootstrap: int = 1000, seed: i
         scores["critic_share"] = lambda s: _ratio(_pooled_ev(s, "c", False), _pooled_ev(s, "v", True))  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     draws = [torch.randint(len(sums), (len(sums),), generator=gen).tolist() for _ in range(bootstrap if sums else 0)]  # fmt: skip
-    out: dict[str, Any] = {}
-    for key, score in scores.items():
-        point = score(sums)
-        boot = sorted(x for x in (score([sums[i] for i in d]) for d in draws) if x == x)
-        low, high = (boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]) if boot else (None, None)  # fmt: skip
-        out[key] = {"point": None if point != point else point, "low": low, "high": high}
-    return out
+    return {
+        key: _bootstrap_span(score(sums), [score([sums[i] for i in d]) for d in draws])
+        for key, score in scores.items()
+    }
 
 
 def measure_ceilings(
