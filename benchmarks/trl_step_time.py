@@ -40,7 +40,10 @@ is what gives the ``worked-23`` case its 23-token completions); the mean complet
 (stop token included) is printed for each, so a difference in work per step shows. In each
 case forkgym runs before and after TRL (their mean is compared); in ``answer-8`` once more
 with the full 25-token prompt (``instruction=True``) for reference. Two warm-up steps, then
-the mean of ``--steps``. Needs TRL, which only the ``bench`` extra installs
+the mean of ``--steps``. Under each case's table: forkgym's step by stage (its own timing
+metrics, both runs), and the matrix products of the model's linear layers alone at the step's
+shapes, timed here with ``torch.mm`` (``forkgym.agents.bench.matmul_floor``): what no
+reordering of the rest can go under in fp32. Needs TRL, which only the ``bench`` extra installs
 (``pip install -e .[bench]``). Run: ``python benchmarks/trl_step_time.py [--steps N] [--cases answer-8,worked-23]``.
 """
 
@@ -64,6 +67,7 @@ from forkgym.recipes import require_trl, trl_env_reward, trl_env_rows, trl_grpo_
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, SEED, LR, BETAS = 8, 8, 0, 1e-4, (0.9, 0.99)
 WARMUP = 2
+STAGES = ("generate", "forward_and_loss", "backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,7 @@ def forkgym_seconds_per_step(
     trainer = Trainer(config)
     params = sum(p.numel() for p in trainer.model.parameters())
     times, tokens, episodes = [], 0, 0
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for step in range(steps + WARMUP):
         start = time.perf_counter()
         metrics = trainer.train_step()
@@ -192,12 +197,45 @@ def forkgym_seconds_per_step(
         if step >= WARMUP:
             tokens += metrics["tokens_generated"]
             episodes += metrics["episodes"]
+            for stage, seconds in stages.items():
+                seconds.append(metrics.get(f"time/{stage}", 0.0))
     trainer.log.close()
     return {
         "s_per_step": statistics.mean(times[WARMUP:]),
         "params": params,
         "completion_tokens": tokens / episodes,
+        "stages": {stage: statistics.mean(seconds) for stage, seconds in stages.items()},
     }
+
+
+def print_floor(
+    runs: list[dict[str, Any]], model_dir: Path, case: Case, prompt_len: int, trl_s: float
+) -> None:
+    """forkgym's step by stage (the mean of ``runs``) beside the matrix products of the
+    model's linear layers alone at the step's shapes, timed here."""
+    from forkgym.agents.bench.matmul_floor import StepShape, matmul_floor
+    from forkgym.agents.models import load_policy_model
+
+    step = statistics.mean(r["s_per_step"] for r in runs)
+    stage = {s: statistics.mean(r["stages"][s] for r in runs) for s in STAGES}
+    learner = stage["forward_and_loss"] + stage["backward"]
+    other = step - stage["generate"] - learner - stage["optimizer"]
+    print(
+        f"forkgym's step by stage: generation {stage['generate']:.3f} s, learner "
+        f"{learner:.3f} (forward and loss {stage['forward_and_loss']:.3f}, backward "
+        f"{stage['backward']:.3f}), optimizer {stage['optimizer']:.3f}, the rest {other:.3f}"
+    )
+    length = round(statistics.mean(r["completion_tokens"] for r in runs))
+    floor = matmul_floor(
+        load_policy_model(model_dir)[0], StepShape(PROMPTS, K, prompt_len, max(length, 1))
+    )
+    both = floor["generation"] + floor["learner"]
+    print(
+        f"matrix products of the linear layers alone at these shapes (torch.mm here, fp32): "
+        f"generation {floor['generation']:.3f} s ({floor['generation_gflop']:.1f} GFLOP), "
+        f"learner {floor['learner']:.3f} s ({floor['learner_gflop']:.1f} GFLOP); "
+        f"{both:.3f} s = {both / trl_s:.2f}x TRL's step, {both / step:.0%} of forkgym's"
+    )
 
 
 def run_case(name: str, case: Case, steps: int, model_dir: Path, tmp: str, trl: Any) -> float:
@@ -247,6 +285,7 @@ def run_case(name: str, case: Case, steps: int, model_dir: Path, tmp: str, trl: 
     print(f"{'trainer':46} {'params':>10} {'s/step':>8} {'tokens/completion':>18}")
     for label, r, seconds, length, note in rows:
         print(f"{label:46} {r['params']:>10,} {seconds:>8.3f} {length:>18.2f}{note}")
+    print_floor([ours, again], model_dir, case, short_prompt, theirs["s_per_step"])
     ratio = forkgym / theirs["s_per_step"]
     verdict = "PASS" if ratio <= case.target else "FAIL"
     print(
