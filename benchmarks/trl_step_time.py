@@ -42,8 +42,8 @@ case forkgym runs before and after TRL (their mean is compared); in ``answer-8``
 with the full 25-token prompt (``instruction=True``) for reference. Two warm-up steps, then
 the mean of ``--steps``. Under each case's table: forkgym's step by stage (its own timing
 metrics, both runs), and the matrix products of the model's linear layers alone at the step's
-shapes, timed here with ``torch.mm`` (``forkgym.agents.bench.matmul_floor``): what no
-reordering of the rest can go under in fp32. Needs TRL, which only the ``bench`` extra installs
+shapes, timed here with ``torch.mm`` (``forkgym.agents.bench.matmul_floor``): a floor the
+step cannot go under in fp32 without doing less arithmetic. Needs TRL, which only the ``bench`` extra installs
 (``pip install -e .[bench]``). Run: ``python benchmarks/trl_step_time.py [--steps N] [--cases answer-8,worked-23]``.
 """
 
@@ -208,9 +208,7 @@ def forkgym_seconds_per_step(
     }
 
 
-def print_floor(
-    runs: list[dict[str, Any]], model_dir: Path, case: Case, prompt_len: int, trl_s: float
-) -> None:
+def print_floor(runs: list[dict[str, Any]], model_dir: Path, prompt_len: int, trl_s: float) -> None:
     """forkgym's step by stage (the mean of ``runs``) beside the matrix products of the
     model's linear layers alone at the step's shapes, timed here."""
     from forkgym.agents.bench.matmul_floor import StepShape, matmul_floor
@@ -285,7 +283,7 @@ def run_case(name: str, case: Case, steps: int, model_dir: Path, tmp: str, trl: 
     print(f"{'trainer':46} {'params':>10} {'s/step':>8} {'tokens/completion':>18}")
     for label, r, seconds, length, note in rows:
         print(f"{label:46} {r['params']:>10,} {seconds:>8.3f} {length:>18.2f}{note}")
-    print_floor([ours, again], model_dir, case, short_prompt, theirs["s_per_step"])
+    print_floor([ours, again], model_dir, short_prompt, theirs["s_per_step"])
     ratio = forkgym / theirs["s_per_step"]
     verdict = "PASS" if ratio <= case.target else "FAIL"
     print(

@@ -31,7 +31,8 @@ Gemm = tuple[int, int, int]  # (m, k, n): [m, k] @ [k, n]
 @dataclass(frozen=True)
 class StepShape:
     """One step's work: ``prompts`` distinct prompts of ``prompt_tokens``, ``k`` rows each,
-    every row ``completion_tokens`` long (the stop token included)."""
+    every row ``completion_tokens`` long (the stop token included; where lengths differ, a
+    mean stands in for them, and the decode loop's shrinking batch is not modelled)."""
 
     prompts: int
     k: int
