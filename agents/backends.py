@@ -12,7 +12,10 @@ module when called. After every optimizer step the trainer calls
 separate engine has. ``noise_device="model"`` draws the sampling noise on the model's device
 (a GPU's own random stream) instead of the CPU. ``kv_cache="dynamic"`` decodes on
 transformers' own growing KV cache instead of one allocated once per batch (the same
-numbers; it exists to measure the difference).
+numbers; it exists to measure the difference). ``decode="model"`` runs every decode step
+through the model's own ``forward`` instead of the fused step that Llama- and Qwen2-shaped
+models get by default (:mod:`forkgym.agents.fused_decode`; the same tokens up to float
+rounding, fewer operations per token).
 
 ``vllm`` (:class:`~forkgym.agents.vllm_policy.VLLMPolicy`): an in-process vLLM engine started
 from the directory the model came from (``model_path`` to override); its options are the
@@ -82,6 +85,7 @@ def _transformers(
     share_prefill: bool = True,
     noise_device: str = "cpu",
     kv_cache: str = "preallocated",
+    decode: str = "fused",
 ) -> Policy:
     from .hf_policy import HFPolicy
 
@@ -92,6 +96,7 @@ def _transformers(
     return HFPolicy(
         model, tokenizer, device=device, seed=seed, max_batch=max_batch,
         share_prefill=share_prefill, noise_device=noise_device, kv_cache=kv_cache,
+        decode=decode,
     )  # fmt: skip
 
 

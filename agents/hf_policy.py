@@ -6,9 +6,13 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
 * prompts are left-padded into one batch, with an attention mask and position ids counted
   from each row's first real token (so padding changes nothing but float rounding);
 * one prefill forward of each distinct prompt (logits of the last position only; a group's
-  K requests share one, and its KV cache is indexed out to their rows), then one forward per
-  new token on the KV cache (``cache=``, the transformers 5.x name; ``past_key_values=`` for
-  models whose ``forward`` predates it). By default (``kv_cache="preallocated"``) it is a
+  K requests share one, and its KV cache is indexed out to their rows), then one step per
+  new token: for a Llama- or Qwen2-shaped model by default (``decode="fused"``)
+  :class:`~forkgym.agents.fused_decode.FusedDecoder`'s step, the model's own layer in fewer
+  operations over one buffer of keys and values (the same tokens up to float rounding);
+  otherwise (``decode="model"``, or a model it cannot serve) one forward of the model on the
+  KV cache (``cache=``, the transformers 5.x name; ``past_key_values=`` for
+  models whose ``forward`` predates it). By default (``kv_cache="preallocated"``) that cache is a
   ``DynamicCache`` whose full-attention layers hold the batch's whole length in buffers
   allocated once (:mod:`forkgym.agents.kv_cache`: the same numbers, without copying the cache
   at every token); ``kv_cache="dynamic"`` keeps transformers' own, which grows by
@@ -49,6 +53,7 @@ from typing import Any
 
 import torch
 
+from .fused_decode import FusedDecoder, FusedWeights, unsupported
 from .kv_cache import preallocated_cache
 from .logprobs import position_ids_from_mask, token_logprobs
 from .padding import pad_sequences, padding_mask
@@ -75,6 +80,11 @@ class HFPolicy:
     their seeds. ``share_prefill=False`` prefills every request's prompt on its own (the
     tokens are the same; it exists to measure what sharing saves). ``kv_cache``: ``"preallocated"``
     (the default) or ``"dynamic"`` (transformers' growing cache; the same tokens, slower).
+    ``decode``: ``"fused"`` (the default) runs the decode steps of a Llama- or Qwen2-shaped
+    model with :class:`~forkgym.agents.fused_decode.FusedDecoder` (the same layer in fewer
+    operations; logits equal to the model's ``forward`` up to float rounding), and any other
+    model with its ``forward``, as ``"model"`` does for every model; ``fused_unsupported``
+    says why a model decodes with its ``forward``.
     """
 
     def __init__(
@@ -88,12 +98,17 @@ class HFPolicy:
         share_prefill: bool = True,
         noise_device: str = "cpu",
         kv_cache: str = "preallocated",
+        decode: str = "fused",
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         if kv_cache not in ("preallocated", "dynamic"):
             raise ValueError(f"kv_cache must be 'preallocated' or 'dynamic', got {kv_cache!r}")
         self.kv_cache = kv_cache
+        if decode not in ("fused", "model"):
+            raise ValueError(f"decode must be 'fused' or 'model', got {decode!r}")
+        # why the fused decode step cannot serve this model (None: it decodes with it)
+        self.fused_unsupported = unsupported(model) if decode == "fused" else "decode='model'"
         if noise_device not in ("cpu", "model"):
             raise ValueError(f"noise_device must be 'cpu' or 'model', got {noise_device!r}")
         self.noise_device = noise_device
@@ -154,10 +169,12 @@ class HFPolicy:
         self.model.eval()
         try:
             with torch.inference_mode():
+                # the fused step's weights, read once per call: every batch of it shares them
+                fused = FusedWeights(self.model) if self.fused_unsupported is None else None
                 for start in range(0, len(order), self.max_batch):
                     chunk = order[start : start + self.max_batch]
                     outs = self._generate_batch(
-                        [requests[i] for i in chunk], [seeds[i] for i in chunk]
+                        [requests[i] for i in chunk], [seeds[i] for i in chunk], fused
                     )
                     for i, out in zip(chunk, outs, strict=True):
                         results[i] = out
@@ -238,8 +255,13 @@ class HFPolicy:
         return DynamicCache(config=self.model.config)
 
     def _generate_batch(
-        self, requests: list[GenerationRequest], seeds: list[int | None]
+        self,
+        requests: list[GenerationRequest],
+        seeds: list[int | None],
+        fused: FusedWeights | None = None,
     ) -> list[Generation]:
+        """One batch of requests; ``fused``: decode with :class:`FusedDecoder` on these
+        weights (None: with the model's ``forward``)."""
         dev = self.device
         n = len(requests)
         params = [r.params for r in requests]
@@ -262,15 +284,21 @@ class HFPolicy:
 
         cache = self._new_cache(width + steps)
         logits = self._forward(ids.to(dev), mask.to(dev), pos.to(dev), cache)
+        fused = fused if steps > 1 else None
+        index = None
         if len(prompts) < n:
             index = torch.tensor(row_prompt, device=dev)
-            cache.batch_select_indices(index)
+            if fused is None:  # the fused decoder reads each row's prompt through `index`
+                cache.batch_select_indices(index)
             logits, mask, pos = logits[index], mask[index.cpu()], pos[index.cpu()]
         # the attention mask of every step, allocated once: step s passes its first
         # width + s + 1 columns (the prompt's mask, then ones)
         full_mask = torch.ones((n, width + steps), dtype=mask.dtype, device=dev)
         full_mask[:, :width] = mask.to(dev)
         next_pos = pos[:, -1].to(dev) + 1
+        decoder = None
+        if fused is not None:
+            decoder = FusedDecoder(fused, cache, full_mask, width + steps, index)
         live = _LiveRows(params, dev, logits.shape[-1])
         noise = _Noise(
             seeds, self._vocab_size(), device=dev if self.noise_device == "model" else None
@@ -303,13 +331,20 @@ class HFPolicy:
                     break
                 # finished rows leave the batch and the cache
                 keep = (~done).nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
                 live.keep(keep)
                 noise.keep(keep)
-                next_ids, full_mask, next_pos = token[keep], full_mask[keep], next_pos[keep]
-            logits = self._forward(
-                next_ids[:, None], full_mask[:, : width + step + 1], next_pos[:, None], cache
-            )
+                next_ids, next_pos = token[keep], next_pos[keep]
+                if decoder is None:
+                    cache.batch_select_indices(keep)
+                    full_mask = full_mask[keep]
+                else:
+                    decoder.select(keep)
+            if decoder is None:
+                logits = self._forward(
+                    next_ids[:, None], full_mask[:, : width + step + 1], next_pos[:, None], cache
+                )
+            else:
+                logits = decoder.step(next_ids, next_pos)
             next_pos = next_pos + 1
 
         tokens_l, logps_l = tokens.cpu().tolist(), logps.cpu().tolist()

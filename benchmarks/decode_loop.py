@@ -1,16 +1,20 @@
-"""The transformers backend's decode loop: its KV cache, and torch.compile, side by side in one run.
+"""The transformers backend's decode loop: its KV cache, its fused step and torch.compile, side by side in one run.
 
 The generation of ``forkgym bench --preset quick``'s first step
 (:func:`forkgym.recipes.quick_generation_requests`: 8 prompts x K = 8 seeded samples, at most
 ``--new-tokens`` new tokens), on forkgym's default untrained models, by
-:class:`~forkgym.agents.hf_policy.HFPolicy` three ways, round after round in turn:
+:class:`~forkgym.agents.hf_policy.HFPolicy` four ways, round after round in turn:
 
-* ``dynamic``: transformers' ``DynamicCache``, which copies every layer's keys and values into
-  a new tensor at each token (``kv_cache="dynamic"``);
-* ``preallocated``: the default, each layer's cache allocated once per batch
+* ``dynamic``: every step through the model's ``forward`` (``decode="model"``) on
+  transformers' ``DynamicCache``, which copies every layer's keys and values into a new tensor
+  at each token (``kv_cache="dynamic"``);
+* ``preallocated``: the model's ``forward`` on a cache allocated once per batch
   (:mod:`forkgym.agents.kv_cache`); its tokens and log-probs must equal ``dynamic``'s exactly,
   which the script checks;
-* ``compiled``: the default loop with the model's ``forward`` under ``torch.compile``
+* ``fused``: the default, :class:`~forkgym.agents.fused_decode.FusedDecoder`'s step (the same
+  layer in fewer operations); it rounds differently, so its tokens are compared (share equal)
+  and its log-probs (largest difference where the tokens are equal);
+* ``compiled``: ``preallocated`` with the model's ``forward`` under ``torch.compile``
   (inductor, ``dynamic=True``: the batch shrinks as rows finish and the cache grows), on a copy
   of the model; the first generation, which compiles, is timed apart. Compiled kernels round
   differently, so its log-probs are compared (largest difference) rather than required equal.
@@ -41,15 +45,16 @@ from forkgym.recipes import quick_generation_requests
 def compiled_policy(model: Any, tokenizer: Any) -> HFPolicy:
     twin = copy.deepcopy(model)
     twin.forward = torch.compile(twin.forward, dynamic=True)
-    return HFPolicy(twin, tokenizer)
+    return HFPolicy(twin, tokenizer, decode="model")
 
 
 def measure(size: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     model, tokenizer = load_policy_model(path)
     requests = quick_generation_requests(tokenizer, args.new_tokens)
     policies = {
-        "dynamic": HFPolicy(model, tokenizer, kv_cache="dynamic"),
-        "preallocated": HFPolicy(model, tokenizer),
+        "dynamic": HFPolicy(model, tokenizer, kv_cache="dynamic", decode="model"),
+        "preallocated": HFPolicy(model, tokenizer, decode="model"),
+        "fused": HFPolicy(model, tokenizer),
     }
     first: dict[str, float] = {}
     if args.compile:
@@ -78,18 +83,22 @@ def measure(size: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "rates": rates,
         "first": first,
     }
-    if args.compile:
-        pairs = zip(outputs["preallocated"], outputs["compiled"], strict=True)
-        equal = [a.token_ids == b.token_ids for a, b in pairs]
-        diffs = [
-            abs(x - y)
-            for a, b in zip(outputs["preallocated"], outputs["compiled"], strict=True)
-            if a.token_ids == b.token_ids
-            for x, y in zip(a.logprobs, b.logprobs, strict=True)
-        ]
-        result["compiled_same_tokens"] = sum(equal) / len(equal)
-        result["compiled_max_diff"] = max(diffs, default=float("nan"))
+    for name in ("fused", "compiled") if args.compile else ("fused",):
+        result[name] = agreement(outputs["preallocated"], outputs[name])
     return result
+
+
+def agreement(reference: list[Any], other: list[Any]) -> tuple[float, float]:
+    """Share of rows with the same tokens, and the largest log-prob difference among them."""
+    pairs = list(zip(reference, other, strict=True))
+    equal = [a.token_ids == b.token_ids for a, b in pairs]
+    diffs = [
+        abs(x - y)
+        for a, b in pairs
+        if a.token_ids == b.token_ids
+        for x, y in zip(a.logprobs, b.logprobs, strict=True)
+    ]
+    return sum(equal) / len(equal), max(diffs, default=float("nan"))
 
 
 def main() -> int:
@@ -113,10 +122,11 @@ def main() -> int:
                 note = ""
                 if name == "preallocated":
                     note = "  same tokens and log-probs as dynamic: yes"
+                if name in ("fused", "compiled"):
+                    same, diff = r[name]
+                    note = f"  same tokens {same:.0%}, log-probs within {diff:.1e}"
                 if name == "compiled":
-                    note = (f"  first generation (compiling) {r['first'][name]:.1f} s; same tokens "
-                            f"{r['compiled_same_tokens']:.0%}, log-probs within "
-                            f"{r['compiled_max_diff']:.1e}")  # fmt: skip
+                    note += f"; first generation (compiling) {r['first'][name]:.1f} s"
                 rate = f"{max(rates):,.0f} ({statistics.median(rates):,.0f})"
                 print(f"  {name:13} {rate:>18} tok/s  {max(rates) / base:.2f}x{note}")
     return 0

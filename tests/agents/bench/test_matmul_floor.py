@@ -34,10 +34,14 @@ def flops(counts: Counter) -> int:
 
 
 def matrix_flops(counter: FlopCounterMode) -> int:
-    """The matrix products torch counted (attention's kernel is not among them on the CPU,
-    as it is not in the floor)."""
-    ops = counter.get_flop_counts()["Global"]
-    return sum(v for op, v in ops.items() if str(op) in ("aten.mm", "aten.addmm", "aten.bmm"))
+    """The linear layers' products torch counted: ``mm``, ``addmm`` and ``bmm`` (a linear layer
+    on a strided 3-D input), less attention's. The learner's attention is the CPU's fused
+    kernel, counted apart; the fused decode step's is a ``baddbmm`` (the scores) and a ``bmm``
+    of the same size (the weighted values), so the ``bmm`` count carries the ``baddbmm``
+    count once more."""
+    ops = {str(op): v for op, v in counter.get_flop_counts()["Global"].items()}
+    linear = ops.get("aten.mm", 0) + ops.get("aten.addmm", 0) + ops.get("aten.bmm", 0)
+    return linear - ops.get("aten.baddbmm", 0)
 
 
 def test_linear_layers_follow_the_config(model):
