@@ -11,6 +11,7 @@ from forkgym.agents.hf_policy import HFPolicy
 from forkgym.agents.kv_cache import preallocated_cache
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.policy import GenerationRequest, SamplingParams
+from forkgym.agents.prefix_sharing import cache_argument
 
 pytestmark = pytest.mark.float_sensitive  # CI runs it again under another CPU kernel set
 
@@ -58,7 +59,8 @@ def decode(model, fused: bool, steps: int = 7, drop_at: int = 3) -> list[torch.T
     out = []
     with torch.inference_mode():
         cache = preallocated_cache(model.config, capacity)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache).logits
+        kw = {cache_argument(model): cache}  # `cache`, or `past_key_values` in older transformers
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits
         logits, mask, pos = logits[rows, -1], mask[rows], pos[rows, -1] + 1
         full = torch.cat([mask, torch.ones((4, steps), dtype=mask.dtype)], dim=1)
         if fused:
@@ -78,7 +80,7 @@ def decode(model, fused: bool, steps: int = 7, drop_at: int = 3) -> list[torch.T
                 step_mask = full[:, : width + step + 1]
                 logits = model(
                     input_ids=token[:, None], attention_mask=step_mask,
-                    position_ids=pos[:, None], cache=cache,
+                    position_ids=pos[:, None], **kw,
                 ).logits[:, -1]  # fmt: skip
             pos = pos + 1
     return out
