@@ -67,7 +67,15 @@ def unsupported(model: Any) -> str | None:
     if layers is None or getattr(inner, "rotary_emb", None) is None:
         return "no model.layers / model.rotary_emb"
     for layer in layers:
-        mlp = layer.mlp
+        attn, mlp = layer.self_attn, layer.mlp
+        named = {
+            "q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj,
+            "o_proj": attn.o_proj, "gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj,
+            "down_proj": mlp.down_proj, "lm_head": getattr(model, "lm_head", None),
+        }  # fmt: skip
+        for name, module in named.items():
+            if type(module) is not torch.nn.Linear:  # an adapter, a quantised layer, ...
+                return f"{name} is {type(module).__name__}, not a plain torch.nn.Linear"
         if any(lin.bias is not None for lin in (layer.self_attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):  # fmt: skip
             return "biases on o_proj or the MLP (supported: q, k and v biases)"
     if getattr(model, "lm_head", None) is None or model.lm_head.bias is not None:

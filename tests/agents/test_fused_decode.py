@@ -119,6 +119,20 @@ def test_unsupported_models_say_why(edit, reason):
     assert "model type" in unsupported(torch.nn.Linear(2, 2))
 
 
+def test_a_wrapped_projection_is_not_read_as_plain_weights():
+    """An adapter or a quantised layer computes more than its ``weight``: the fused step
+    would skip it, so such a model decodes with its forward."""
+
+    class Adapted(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    model = MODELS["llama-gqa"]()
+    old = model.model.layers[1].self_attn.v_proj
+    model.model.layers[1].self_attn.v_proj = Adapted(old.in_features, old.out_features, bias=False)
+    assert unsupported(model) == "v_proj is Adapted, not a plain torch.nn.Linear"
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     return load_policy_model(init_model(tmp_path_factory.mktemp("tiny") / "m", corpus_seeds=2))
