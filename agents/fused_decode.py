@@ -66,20 +66,23 @@ def unsupported(model: Any) -> str | None:
     layers = getattr(inner, "layers", None)
     if layers is None or getattr(inner, "rotary_emb", None) is None:
         return "no model.layers / model.rotary_emb"
+    head = getattr(model, "lm_head", None)
+    if type(head) is not torch.nn.Linear:
+        return f"lm_head is {type(head).__name__}, not a plain torch.nn.Linear"
+    if head.bias is not None:
+        return "a bias on lm_head"
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         named = {
             "q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj,
             "o_proj": attn.o_proj, "gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj,
-            "down_proj": mlp.down_proj, "lm_head": getattr(model, "lm_head", None),
+            "down_proj": mlp.down_proj,
         }  # fmt: skip
         for name, module in named.items():
             if type(module) is not torch.nn.Linear:  # an adapter, a quantised layer, ...
                 return f"{name} is {type(module).__name__}, not a plain torch.nn.Linear"
-        if any(lin.bias is not None for lin in (layer.self_attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):  # fmt: skip
+        if any(named[n].bias is not None for n in ("o_proj", "gate_proj", "up_proj", "down_proj")):
             return "biases on o_proj or the MLP (supported: q, k and v biases)"
-    if getattr(model, "lm_head", None) is None or model.lm_head.bias is not None:
-        return "no bias-free lm_head"
     return None
 
 
@@ -138,6 +141,7 @@ class FusedWeights:
                 )
             )
         self.intermediate = self.layers[0].gate_up.shape[0] // 2
+        self.fast_norm = self.embed.dtype == torch.float32  # F.rms_norm: LlamaRMSNorm's numbers
 
 
 class FusedDecoder:
@@ -186,7 +190,6 @@ class FusedDecoder:
         bias.masked_fill_(mask == 0, float("-inf"))
         self._set_bias(bias)
         self._views()
-        self._fast_norm = dtype == torch.float32
 
     def _set_bias(self, bias: torch.Tensor) -> None:
         """``bias``: [rows, capacity], 0 or -inf; kept as [rows * kv_heads, 1, capacity]."""
@@ -215,7 +218,7 @@ class FusedDecoder:
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The model's RMSNorm: in float32, scaled after the cast back (as LlamaRMSNorm; for
         float32, ``F.rms_norm`` computes the same, in fewer operations)."""
-        if self._fast_norm:
+        if self.w.fast_norm:
             return F.rms_norm(x, weight.shape, weight, self.w.eps)
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.w.eps)
