@@ -198,10 +198,7 @@ class Learner:
             return shared_prefix_logprobs(model, layout, temperature, entropy=entropy)
         if not entropy:
             return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature), None
-        logprobs, ent = token_logprobs_and_entropy(
-            model, mb.input_ids, mb.attention_mask, temperature
-        )
-        return logprobs, ent.detach()
+        return token_logprobs_and_entropy(model, mb.input_ids, mb.attention_mask, temperature)
 
     def update(
         self, tokens: TokenBatch, advantages: torch.Tensor, step: int, *, train: bool = True

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .logprobs import at_least_float32, position_ids_from_mask
+from .logprobs import position_ids_from_mask, selected_logprobs
 from .padding import pad_sequences, padding_mask
 
 __all__ = [
@@ -177,17 +177,10 @@ def shared_prefix_logprobs(
     """``[B, T]`` differentiable log-probs (and, with ``entropy``, detached entropies) of the
     suffix tokens, aligned like :func:`forkgym.agents.logprobs.token_logprobs`; 0 on the
     prompts, garbage in the padding."""
-    scores = at_least_float32(suffix_outputs(model, layout))
-    if temperature != 1.0:
-        scores = scores / temperature
-    lse = torch.logsumexp(scores, dim=-1)
-    picked = scores.gather(-1, layout.suffix_ids.unsqueeze(-1)).squeeze(-1) - lse
-    ent = None
-    if entropy:
-        with torch.no_grad():
-            logp = scores - lse.unsqueeze(-1)
-            ent = scatter_to_rows(-(logp.exp() * logp).sum(-1), layout)
-    return scatter_to_rows(picked, layout), ent
+    picked, ent = selected_logprobs(
+        suffix_outputs(model, layout), layout.suffix_ids, temperature, entropy=entropy
+    )
+    return scatter_to_rows(picked, layout), None if ent is None else scatter_to_rows(ent, layout)
 
 
 def scatter_to_rows(values: torch.Tensor, layout: PrefixLayout) -> torch.Tensor:

@@ -25,6 +25,10 @@ next section runs):
 * ``fsdp``: the learner on an FSDP2-sharded copy (``agents/sharding.py``) in a one-rank
   process group (NCCL for CUDA tensors, gloo for the CPU-side counts): the same update as the
   plain model, its weights compared;
+* ``logprob_head``: the learner's log-prob head (``agents/logprobs.py: selected_logprobs``)
+  against the plain autograd composition it replaced, on bf16 logits of 8 rows x 512
+  positions of the 151,936-token vocabulary: one forward and backward each, seconds and peak
+  device memory above the logits, gradients compared;
 * ``weight_packing``: the model's weights named and bucketed for an engine
   (``agents/weight_buckets.py``, 64 MiB buckets, fused layers whole), each bucket packed into
   one contiguous device buffer, as a packed IPC push sends it: bytes per second.
@@ -455,6 +459,26 @@ def section_weight_packing(args: argparse.Namespace, device: torch.device, shape
     }
 
 
+def section_logprob_head(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
+    from forkgym.agents.bench.logprob_head import head_inputs, head_pass
+
+    rows, positions = (2, 8) if args.dry else (8, 512)
+    vocab = shape.model["vocab_size"]
+    logits, targets, weights = head_inputs(rows, positions, vocab, torch.bfloat16, device)
+    out: dict[str, Any] = {"rows": rows, "positions": positions, "vocab": vocab}
+    out["logits_mib"] = logits.numel() * logits.element_size() / 2**20
+    grads = {}
+    for variant in ("plain", "fused"):
+        head_pass(variant, logits, targets, weights)  # warm-up
+        result = head_pass(variant, logits, targets, weights)
+        grads[variant] = logits.grad.clone()
+        out[f"{variant}_s"] = result["seconds"]
+        if device.type == "cuda":  # the CPU's peak is the process's: no figure in-process
+            out[f"{variant}_peak_mib"] = result["peak_bytes"] / 2**20
+    out["gradients_equal"] = bool(torch.equal(grads["plain"], grads["fused"]))
+    return out
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device, Shape], dict]] = {
     "parity": section_parity,
     "grpo": section_grpo,
@@ -463,6 +487,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, torch.device, Shape], dict]] =
     "prefix_sharing": section_prefix_sharing,
     "prefix_sharing_long": section_prefix_sharing_long,
     "fsdp": section_fsdp,
+    "logprob_head": section_logprob_head,
     "weight_packing": section_weight_packing,
 }
 
@@ -515,6 +540,9 @@ def summary(report: dict[str, Any]) -> str:
             lines.append(f"prefix sharing, {result['prompt_tokens']}-token prompts and {result['response_tokens']}-token answers: update {result['shared_s']:.3f} s shared vs {result['rows_alone_s']:.3f} s rows alone ({result['speedup']:.2f}x)")  # fmt: skip
         elif name == "fsdp":
             lines.append(f"fsdp: {result['backend']} world size 1, update {result['second_update_s']:.3f} s, weights vs plain max |diff| {result['max_abs_weight_diff_vs_plain_after_one_update']:.2e} (the update moved them up to {result['max_abs_weight_change_of_the_update']:.2e})")  # fmt: skip
+        elif name == "logprob_head":
+            memory = f", peak {result['plain_peak_mib']:,.0f} vs {result['fused_peak_mib']:,.0f} MiB above {result['logits_mib']:,.0f} MiB of logits" if "fused_peak_mib" in result else ""  # fmt: skip
+            lines.append(f"logprob head, {result['rows']} x {result['positions']} x {result['vocab']:,} bf16: plain {result['plain_s']:.4f} s vs fused {result['fused_s']:.4f} s{memory}; gradients equal: {result['gradients_equal']}")  # fmt: skip
         elif name == "weight_packing":
             lines.append(f"weight packing: {result['bytes'] / 2**20:,.0f} MiB in {result['buckets']} buckets of {result['bucket_mib']} MiB, {result['gb_per_s']:.1f} GB/s")  # fmt: skip
     lines.append(f"total {report['seconds']:.1f} s")

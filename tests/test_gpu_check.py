@@ -20,7 +20,7 @@ def test_the_gpu_check_runs_every_section_in_its_dry_mode(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     sections = report["sections"]
-    assert set(sections) == {"parity", "grpo", "device_noise", "determinism", "prefix_sharing", "prefix_sharing_long", "fsdp", "weight_packing"}  # fmt: skip
+    assert set(sections) == {"parity", "grpo", "device_noise", "determinism", "prefix_sharing", "prefix_sharing_long", "fsdp", "logprob_head", "weight_packing"}  # fmt: skip
     assert not [name for name, r in sections.items() if "error" in r]
     assert sections["parity"]["max_abs_logprob_diff_device_shared_vs_full_fp32"] < 1e-4
     assert sections["grpo"]["mean"]["tokens_trained"] > 0
@@ -29,4 +29,5 @@ def test_the_gpu_check_runs_every_section_in_its_dry_mode(tmp_path):
     fsdp = sections["fsdp"]
     assert fsdp["sharded"] and fsdp["max_abs_weight_change_of_the_update"] > 0
     assert fsdp["max_abs_weight_diff_vs_plain_after_one_update"] <= 1e-5
+    assert sections["logprob_head"]["gradients_equal"]
     assert (tmp_path / "gpu_check.txt").read_text().startswith("forkgym GPU check")
