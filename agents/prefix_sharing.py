@@ -39,6 +39,7 @@ __all__ = [
     "plan_prefixes",
     "scatter_to_rows",
     "shared_prefix_logprobs",
+    "suffix_output_parts",
     "suffix_outputs",
     "supports_prefix_sharing",
 ]
@@ -134,6 +135,16 @@ def suffix_outputs(model: Any, layout: PrefixLayout, field: str = "logits") -> t
     suffix token ``j`` (the prompt's last position for the first): the logits that score token
     ``j`` of a causal LM, or (``last_hidden_state`` of a transformer trunk) the state a critic
     values before action ``j``."""
+    first, rest = suffix_output_parts(model, layout, field)
+    return first if rest is None else torch.cat([first, rest], dim=1)
+
+
+def suffix_output_parts(
+    model: Any, layout: PrefixLayout, field: str = "logits"
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`suffix_outputs` in its two parts, not joined (joining copies the whole output,
+    for logits the pass's largest tensor): ``[B, 1, ...]`` from the prompts' pass and
+    ``[B, Ls - 1, ...]`` from the suffix pass (None when every suffix is one token)."""
     from transformers import DynamicCache
 
     cache_kw = cache_argument(model)
@@ -153,7 +164,7 @@ def suffix_outputs(model: Any, layout: PrefixLayout, field: str = "logits") -> t
     first = last[layout.row_prompt][:, None]
     ls = layout.suffix_ids.shape[1]
     if ls == 1:  # one token per row: the prompts' outputs are all there is
-        return first
+        return first, None
     # the suffix's last token scores nothing: it is fed up to the one before
     positions = layout.prompt_lengths[:, None] + torch.arange(ls - 1, device=last.device)
     mask = torch.cat([layout.prompt_mask[layout.row_prompt], layout.suffix_mask[:, :-1]], dim=1)
@@ -164,7 +175,7 @@ def suffix_outputs(model: Any, layout: PrefixLayout, field: str = "logits") -> t
         use_cache=True,
         **{cache_kw: cache},
     )
-    return torch.cat([first, getattr(out, field)], dim=1)
+    return first, getattr(out, field)
 
 
 def shared_prefix_logprobs(
@@ -177,10 +188,16 @@ def shared_prefix_logprobs(
     """``[B, T]`` differentiable log-probs (and, with ``entropy``, detached entropies) of the
     suffix tokens, aligned like :func:`forkgym.agents.logprobs.token_logprobs`; 0 on the
     prompts, garbage in the padding."""
-    picked, ent = selected_logprobs(
-        suffix_outputs(model, layout), layout.suffix_ids, temperature, entropy=entropy
-    )
-    return scatter_to_rows(picked, layout), None if ent is None else scatter_to_rows(ent, layout)
+    first, rest = suffix_output_parts(model, layout)
+    targets = layout.suffix_ids
+    parts = [selected_logprobs(first, targets[:, :1], temperature, entropy=entropy)]
+    if rest is not None:  # each part scored where it is: no joined copy of the logits
+        parts.append(selected_logprobs(rest, targets[:, 1:], temperature, entropy=entropy))
+    picked = torch.cat([p for p, _ in parts], dim=1)
+    if not entropy:
+        return scatter_to_rows(picked, layout), None
+    ent = torch.cat([e for _, e in parts if e is not None], dim=1)
+    return scatter_to_rows(picked, layout), scatter_to_rows(ent, layout)
 
 
 def scatter_to_rows(values: torch.Tensor, layout: PrefixLayout) -> torch.Tensor:
