@@ -9,7 +9,7 @@ module when called. After every optimizer step the trainer calls
 ``transformers`` (alias ``hf``; :class:`~forkgym.agents.hf_policy.HFPolicy`):
 ``share_model=True`` (the default) generates with the training module itself;
 ``share_model=False`` with a separate copy that ``sync_weights`` overwrites, the shape a
-separate engine has. ``noise_device="model"`` draws the sampling noise on the model's device
+separate engine has. ``noise_device="model"`` draws the sampling uniforms on the model's device
 (a GPU's own random stream) instead of the CPU. ``kv_cache="dynamic"`` decodes on
 transformers' own growing KV cache instead of one allocated once per batch (the same
 numbers; it exists to measure the difference). ``decode="model"`` runs every decode step

@@ -115,8 +115,8 @@ class TrainConfig:
         metadata=_gen(
             "the backend's options; transformers: `share_model: false` generates with a separate "
             "copy, `share_prefill: false` prefills every request's prompt on its own, "
-            "`noise_device: model` draws the sampling noise on the model's device (4-6x faster "
-            "generation on a GPU with a 152k vocabulary, the device's own random stream), "
+            "`noise_device: model` draws the sampling uniforms (one per row and token) on the "
+            "model's device, from the device's own random stream, "
             "`decode: model` runs every decode step through the model's `forward` instead of "
             "the fused step Llama- and Qwen2-shaped models get (the same tokens up to float "
             "rounding)"

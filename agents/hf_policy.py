@@ -22,19 +22,20 @@ so :class:`HFPolicy` runs its own decode loop on ``model(...)``:
   live rows' settings are compacted then, so a step indexes nothing;
 * sampling is vectorised over rows: log-softmax of ``logits / T`` per row (no division when
   every ``T`` is 1), the top-p nucleus from one sort (only when some row has top-p < 1), and
-  Gumbel-max with per-row noise, whose ``-log(-log(u))`` is taken once per block of tokens.
+  the inverse of each row's cumulative distribution (summed in float64, in token-id order) at
+  one uniform per row and token.
 
-**Determinism.** Each sampled row draws its Gumbel noise from its own ``torch.Generator``
-(on the CPU by default, so the same noise on any device; ``noise_device="model"`` draws it
-where the model runs, which a GPU does in a fraction of the time the CPU needs for a large
-vocabulary, with the device's own random stream), seeded with the request's seed (or, for a request without one, with a seed drawn from the
-policy's own generator, ``HFPolicy(seed=...)``, in request order; torch's global RNG is never
-used). The ``k``-th token of a row uses exactly the ``k``-th block of ``V`` uniforms of its
-stream, whatever else is in the batch and however long the other rows run (they are drawn
-several tokens' worth per call, which gives the same numbers). So the same
-request with the same seed and weights gives the same tokens alone or in any batch, up to float
-rounding of the logits under different padding (which can only matter when two perturbed
-scores tie to ~1e-6). Greedy rows use no randomness.
+**Determinism.** Each sampled row draws its uniforms (one float64 per token) from its own
+``torch.Generator`` (on the CPU by default, so the same numbers on any device;
+``noise_device="model"`` draws them where the model runs, with the device's own random
+stream), seeded with the request's seed (or, for a request without one, with a seed drawn
+from the policy's own generator, ``HFPolicy(seed=...)``, in request order; torch's global RNG
+is never used). The ``k``-th token of a row uses exactly the ``k``-th uniform of its stream,
+whatever else is in the batch and however long the other rows run (they are drawn in blocks
+of a fixed size, which gives the same numbers). So the same request with the same seed and
+weights gives the same tokens alone or in any batch, up to float rounding of the logits under
+different padding (which can only matter when the uniform falls within ~1e-6 of a boundary
+of the cumulative distribution). Greedy rows use no randomness.
 
 **Log-probs** follow :mod:`forkgym.agents.policy`: ``log_softmax(logits / T)`` over the full
 vocabulary, at the request's temperature (``T = 1`` for greedy), never renormalised over the
@@ -300,16 +301,14 @@ class HFPolicy:
         if fused is not None:
             decoder = FusedDecoder(fused, cache, full_mask, width + steps, index)
         live = _LiveRows(params, dev, logits.shape[-1])
-        noise = _Noise(
-            seeds, self._vocab_size(), device=dev if self.noise_device == "model" else None
-        )
+        uniforms = _Uniforms(seeds, steps, device=dev if self.noise_device == "model" else None)
 
         tokens = torch.zeros((n, steps), dtype=torch.long, device=dev)
         logps = torch.zeros((n, steps), dtype=torch.float32, device=dev)
         n_tokens = [0] * n
         finish = [_LENGTH] * n
         for step in range(steps):
-            token, logp = self._pick(logits, live, noise.gumbel(step))
+            token, logp = self._pick(logits, live, uniforms.at(step))
             if live.all_rows:
                 tokens[:, step] = token
                 logps[:, step] = logp
@@ -332,7 +331,7 @@ class HFPolicy:
                 # finished rows leave the batch and the cache
                 keep = (~done).nonzero().squeeze(1)
                 live.keep(keep)
-                noise.keep(keep)
+                uniforms.keep(keep)
                 next_ids, next_pos = token[keep], next_pos[keep]
                 if decoder is None:
                     cache.batch_select_indices(keep)
@@ -358,28 +357,41 @@ class HFPolicy:
         ]
 
     def _pick(
-        self, logits: torch.Tensor, live: _LiveRows, gumbel: torch.Tensor | None
+        self, logits: torch.Tensor, live: _LiveRows, uniform: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Next token and its log-prob (full vocabulary, at the row's temperature) per live
-        row; ``gumbel``: the rows' ``[rows, V]`` Gumbel noise (None: every row is greedy)."""
+        row; ``uniform``: the rows' ``[rows]`` float64 uniforms (None: every row is greedy)."""
         scaled = logits if live.temps is None else logits / live.temps[:, None]
         logp = torch.log_softmax(scaled, dim=-1)
-        if gumbel is None:
+        if uniform is None:
             token = logits.argmax(-1)
         else:
-            scores = logp
+            probs = logp.exp()
             if (
                 live.top_p is not None
             ):  # the smallest prefix of the sorted vocabulary with mass >= p
-                sorted_logp, order = logp.sort(dim=-1, descending=True)
-                probs = sorted_logp.exp()
-                outside = (probs.cumsum(-1) - probs) >= live.top_p[:, None]
+                sorted_probs, order = probs.sort(dim=-1, descending=True)
+                outside = (sorted_probs.cumsum(-1) - sorted_probs) >= live.top_p[:, None]
                 outside &= (live.top_p < 1.0)[:, None]
-                scores = logp.masked_fill(outside.scatter(1, order, outside), float("-inf"))
-            token = (scores + gumbel.to(logits.device)).argmax(-1)
+                probs = probs.masked_fill(outside.scatter(1, order, outside), 0.0)
+            token = inverse_cdf(probs, uniform.to(logits.device))
             if live.greedy is not None:
                 token = torch.where(live.greedy, logits.argmax(-1), token)
         return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
+def inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``[rows]`` tokens: in each row of ``probs`` (``[rows, V]``, not necessarily normalised,
+    zeros allowed), the first token whose cumulative sum in float64 exceeds ``uniform`` (in
+    ``[0, 1)``) times the row's total: a draw from ``probs / total``, and never a token of
+    probability 0."""
+    cdf = probs.to(torch.float64).cumsum(-1)
+    total = cdf[:, -1:]
+    # strictly below the total, so some token's cumulative sum exceeds it
+    target = torch.minimum(
+        uniform.to(torch.float64)[:, None] * total, total.nextafter(total.new_zeros(()))
+    )
+    return torch.searchsorted(cdf, target, right=True).squeeze(1)
 
 
 class _LiveRows:
@@ -428,58 +440,35 @@ class _LiveRows:
             self.stop_table = self.stop_table[keep]
 
 
-class _Noise:
-    """Each sampled row's Gumbel noise, from the uniforms of its own ``torch.Generator`` (the
-    same noise on any device), drawn ``block`` tokens' worth at a time: one call per row per
-    block instead of one per token, and the transform ``-log(-log(u))`` once per block over
-    the whole table. Drawing ``n * V`` at once gives the same numbers as ``n`` draws of
-    ``V``, so token ``k`` of a row still uses the ``k``-th block of ``V`` uniforms of its
-    stream. Rows of greedy requests get zeros. The table's rows follow the live batch
+class _Uniforms:
+    """Each sampled row's uniforms, one float64 per token, from its own ``torch.Generator``
+    (the same numbers on any device), drawn ``BLOCK`` tokens' worth per call, so token ``k``
+    of a row uses the ``k``-th uniform of its stream whatever its batch's budget. Rows of
+    greedy requests draw nothing (zeros). The table's rows follow the live batch
     (:meth:`keep`)."""
 
+    BLOCK = 64
+
     def __init__(
-        self,
-        seeds: Sequence[int | None],
-        vocab: int,
-        block: int = 8,
-        max_floats: int = 2**22,
-        device: torch.device | None = None,
+        self, seeds: Sequence[int | None], steps: int, device: torch.device | None = None
     ) -> None:
-        """``device``: where the generators draw (None: the CPU); an accelerator's buffer may
-        hold 32 times as many floats."""
+        """``device``: where the generators draw (None: the CPU)."""
         device = torch.device("cpu") if device is None else device
-        if device.type != "cpu":
-            max_floats *= 32
-        self.device = device
-        # the generators of the live rows, in batch order (None: a greedy row)
-        self.generators = [
-            None if s is None else torch.Generator(device=device).manual_seed(s) for s in seeds
-        ]
-        # at most `max_floats` buffered (16 MB on the CPU): a 152k vocabulary draws one token
-        # at a time there
-        self.block = max(1, min(block, max_floats // max(len(seeds) * vocab, 1)))
-        self.vocab = vocab
-        self.table = torch.zeros((len(seeds), self.block, vocab), device=device)
+        width = -(-max(steps, 1) // self.BLOCK) * self.BLOCK
+        self.table = torch.zeros((len(seeds), width), dtype=torch.float64, device=device)
+        self.sampled = False
+        for row, seed in enumerate(seeds):
+            if seed is None:
+                continue
+            self.sampled = True
+            generator = torch.Generator(device=device).manual_seed(seed)
+            for start in range(0, width, self.BLOCK):
+                self.table[row, start : start + self.BLOCK].uniform_(generator=generator)
 
     def keep(self, keep: torch.Tensor) -> None:
-        """Only the live rows at positions ``keep`` go on (their noise drawn so far kept)."""
-        positions = keep.tolist()
-        self.generators = [self.generators[i] for i in positions]
-        self.table = self.table[keep.to(self.device)]
+        """Only the live rows at positions ``keep`` go on."""
+        self.table = self.table[keep.to(self.table.device)]
 
-    def gumbel(self, step: int) -> torch.Tensor | None:
-        """The live rows' ``[rows, V]`` Gumbel noise at token ``step`` (a view of the table;
-        None: every live row is greedy). Live rows now were live at every earlier step."""
-        if all(g is None for g in self.generators):
-            return None
-        if step % self.block == 0:
-            greedy = []
-            for row, generator in enumerate(self.generators):
-                if generator is None:
-                    greedy.append(row)
-                else:
-                    self.table[row].uniform_(generator=generator)
-            self.table.log_().neg_().log_().neg_()
-            if greedy:
-                self.table[greedy] = 0.0
-        return self.table[:, step % self.block]
+    def at(self, step: int) -> torch.Tensor | None:
+        """The live rows' ``[rows]`` uniforms for token ``step`` (None: every row is greedy)."""
+        return self.table[:, step] if self.sampled else None

@@ -15,8 +15,8 @@ next section runs):
   embeddings), GRPO advantages from a token rule (a response is paid when the sum of its
   token ids is even), one learner update; seconds per step split into generation and update,
   generated tokens per second, peak device memory;
-* ``device_noise``: the same generation with the sampling noise drawn on the model's device
-  (``noise_device="model"``) rather than from per-row CPU generators;
+* ``device_noise``: the same generation with the sampling uniforms drawn on the model's
+  device (``noise_device="model"``) rather than from per-row CPU generators;
 * ``determinism``: the same seeds twice in a row (noise from CPU generators and from the
   device's), with and without ``torch.use_deterministic_algorithms``;
 * ``prefix_sharing``: the learner's update on the same batch with each prompt's forward shared
@@ -303,7 +303,7 @@ def section_prefix_sharing(args: argparse.Namespace, device: torch.device, shape
 
 
 def section_device_noise(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
-    """The GRPO step's generation with the sampling noise drawn on the model's device
+    """The GRPO step's generation with the sampling uniforms drawn on the model's device
     (``noise_device="model"``) instead of from per-row CPU generators: time, and the same
     tokens for the same seeds twice."""
     model, _, _, prompts = args.state["grpo"]

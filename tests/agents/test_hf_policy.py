@@ -403,36 +403,52 @@ def test_timings_tiny_model(loaded, capsys):
         )
 
 
-@pytest.mark.parametrize("block", [1, 3, 8])
-def test_noise_drawn_in_blocks_is_the_per_token_stream(block):
-    """Token k of a row uses the Gumbel transform of the k-th V uniforms of its seed's stream,
-    however many tokens' worth are drawn at once and whichever rows are still live; greedy
-    rows get zeros."""
-    from forkgym.agents.hf_policy import _Noise
+@pytest.mark.parametrize("steps", [1, 7, 130])
+def test_token_k_uses_the_kth_uniform_of_the_rows_stream(steps):
+    """Token k of a row uses the k-th float64 uniform of its seed's stream, whatever the
+    batch's budget and whichever rows are still live; greedy rows draw nothing."""
+    from forkgym.agents.hf_policy import _Uniforms
 
-    vocab, seeds = 16, [11, None, 12]
-    noise = _Noise(seeds, vocab, block=block)
-    streams = {s: torch.Generator().manual_seed(s) for s in (11, 12)}
+    seeds = [11, None, 12]
+    uniforms = _Uniforms(seeds, steps)
+    streams = {s: torch.rand(200, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in (11, 12)}  # fmt: skip
     live = [0, 1, 2]
-    for step in range(7):
-        if step == 4:
+    for step in range(steps):
+        if step == min(4, steps - 1):
             live = [0, 1]  # row 2 finished
-            noise.keep(torch.tensor([0, 1]))
-        gumbel = noise.gumbel(step)
-        assert gumbel.shape == (len(live), vocab)
-        for row, got in zip(live, gumbel, strict=True):
-            if seeds[row] is None:
-                assert torch.equal(got, torch.zeros(vocab))
-            else:
-                u = torch.rand(vocab, generator=streams[seeds[row]])
-                assert torch.equal(got, -torch.log(-torch.log(u)))
-    assert _Noise([None, None], vocab).gumbel(0) is None
+            uniforms.keep(torch.tensor([0, 1]))
+        got = uniforms.at(step)
+        assert got.shape == (len(live),) and got.dtype == torch.float64
+        for row, value in zip(live, got.tolist(), strict=True):
+            assert value == (0.0 if seeds[row] is None else streams[seeds[row]][step].item())
+    assert _Uniforms([None, None], steps).at(0) is None
+
+
+def test_inverse_cdf_draws_from_the_distribution_and_never_a_zero():
+    """Many draws of one row's distribution match it (chi-square, fixed seeds); tokens of
+    probability 0 (outside a nucleus) are never drawn, even at the ends of [0, 1)."""
+    from scipy.stats import chisquare
+
+    from forkgym.agents.hf_policy import inverse_cdf
+
+    probs = torch.tensor([0.0, 0.3, 0.0, 0.05, 0.45, 0.2, 0.0])
+    n = 20_000
+    u = torch.rand(n, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    tokens = inverse_cdf(probs.expand(n, -1), u)
+    counts = torch.bincount(tokens, minlength=len(probs))
+    assert counts[probs == 0].sum() == 0
+    kept = probs > 0
+    assert chisquare(counts[kept].numpy(), (probs[kept] * n).numpy()).pvalue > 1e-3
+    edges = torch.tensor([0.0, 1.0 - 2.0**-53, 0.32, 0.5], dtype=torch.float64)
+    assert inverse_cdf(probs.expand(4, -1), edges).tolist() == [1, 5, 3, 4]
+    # unnormalised rows (a nucleus) are drawn from in proportion
+    assert inverse_cdf(torch.tensor([[0.0, 2.0, 2.0]]), torch.tensor([0.5])).tolist() == [2]
 
 
 def test_noise_on_the_models_device_is_an_option_and_equals_the_cpu_stream_on_the_cpu(
     loaded, prompts
 ):
-    """``noise_device="model"`` draws each row's noise where the model is: on a CPU model that
+    """``noise_device="model"`` draws each row's uniforms where the model is: on a CPU model that
     is the CPU stream itself (the same tokens); on a GPU, the device's own stream, measured by
     benchmarks/gpu_check.py. A wrong value is refused."""
     requests = [GenerationRequest(p, sampled(seed=40 + i, n=10)) for i, p in enumerate(prompts)]
