@@ -162,11 +162,14 @@ def test_an_unreachable_verifier_service_leaves_everything_out_and_is_counted(
 
 
 def test_a_verifier_timing_out_on_some_items_keeps_them_out_of_baselines_and_loss(
-    tmp_path, tiny_model_dir
+    tmp_path, warm_model_dir
 ):
     """Fault injection: a verifier that times out on every other call, standing in for a
-    real one running into its time limit (which a random tiny model cannot be made to do)."""
+    real one running into its time limit (which a random tiny model cannot be made to do).
+    The warm model ends its answers, so episodes reach the verifier whatever the sampled
+    tokens (an untrained one may run every episode to its token budget, ungraded)."""
     from forkgym.verifiers import MathVerifier, Outcome, Status
+    from tests.conftest import WARM_ENV_KWARGS
 
     class EveryOtherTimesOut:
         def __init__(self) -> None:
@@ -183,12 +186,16 @@ def test_a_verifier_timing_out_on_some_items_keeps_them_out_of_baselines_and_los
                 )
             return self.inner.verify(reference, response)
 
-    cfg = config(tmp_path, tiny_model_dir, "flaky", steps=1, eval_every=0, max_new_tokens=24)
+    cfg = config(
+        tmp_path, warm_model_dir, "flaky", steps=1, eval_every=0, max_new_tokens=24,
+        env_kwargs=WARM_ENV_KWARGS,
+    )  # fmt: skip
     verifier = EveryOtherTimesOut()
     trainer = Trainer(cfg, verifier=verifier)
     batch, _ = trainer.collector.collect(0)
     episodes = batch.sampled
     graded = [ep for ep in episodes if not ep.truncated]
+    assert len(graded) >= 2, "the warm model should end some answers within 24 tokens"
     timed_out = [ep for ep in graded if ep.outcome.status is Status.TIMEOUT]
     assert timed_out and all(ep.reward is None and not ep.valid for ep in timed_out)
     assert batch.status_counts()[Status.TIMEOUT] == len(timed_out)
