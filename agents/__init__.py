@@ -12,13 +12,13 @@ if __name__ != "forkgym.agents":  # imported as a top-level `agents` from a sour
 
 # importing the package registers every built-in part (the configuration checks names
 # against the registries)
-from .algorithms import ALGORITHMS
-from .backends import BACKENDS
+from .advantages.algorithms import ALGORITHMS
+from .advantages.estimators import ESTIMATORS, get_estimator
 from .batch import rewards_from_outcomes, valid_from_statuses
-from .estimators import ESTIMATORS, get_estimator
-from .losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
-from .reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
-from .schedules import LR_SCHEDULES
+from .generation.backends.registry import BACKENDS
+from .learner.losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
+from .learner.reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
+from .learner.schedules import LR_SCHEDULES
 
 __all__ = [
     "ALGORITHMS",

@@ -80,7 +80,9 @@ class RolloutCost:
     turns: int = 0  # batched generation calls
     tokens_generated: int = 0  # every branch, greedy ones and value continuations included
     greedy_tokens: int = 0
-    value_tokens: int = 0  # Monte Carlo continuations from forked states (agents/fork_values.py)
+    value_tokens: int = (
+        0  # Monte Carlo continuations from forked states (agents/generation/fork_values.py)
+    )
     value_continuations: int = 0
 
     def __add__(self, other: RolloutCost) -> RolloutCost:
@@ -109,7 +111,7 @@ class RolloutBatch:
     greedy_lengths: torch.Tensor | None = None  # [P] int64
     cost: RolloutCost | None = None
     # [P][K] (positions, values): the states of each sampled episode valued by Monte Carlo
-    # continuations (agents/fork_values.py; empty where none were), read from the episodes
+    # continuations (agents/generation/fork_values.py; empty where none were), read from the episodes
     state_values: list[list[tuple[list[int], list[float]]]] = field(default_factory=list)
 
     @classmethod
@@ -290,7 +292,7 @@ class TokenBatch:
     old_logprobs: torch.Tensor  # [N, T] float32
     lengths: torch.Tensor  # [N] int64, tokens in the row (prompt, actions, observations)
     truncated: torch.Tensor  # [N] bool
-    is_weights: torch.Tensor | None = None  # [N, T] float32, see forkgym.agents.drift
+    is_weights: torch.Tensor | None = None  # [N, T] float32, see forkgym.agents.learner.drift
 
     @classmethod
     def from_rollouts(cls, batch: RolloutBatch, pad_id: int) -> TokenBatch:

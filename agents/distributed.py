@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from .sharding import shard_model
+from .learner.sharding import shard_model
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ class World:
 
     def place(self, model: torch.nn.Module) -> None:
         """Lay the training model over the ranks: shard it in place when the run shards it
-        (agents/sharding.py), else leave it whole. Engines copy it before this."""
+        (agents/learner/sharding.py), else leave it whole. Engines copy it before this."""
         if self.shards:
             shard_model(model)
 
@@ -124,7 +124,7 @@ class World:
 def backend_for(device: str) -> str:
     """The process group's backends: gloo for CPU tensors, and NCCL for CUDA tensors when the
     device is a GPU. The small counts and flags the ranks agree on (:meth:`World.total`,
-    :func:`~forkgym.agents.sharding.most_passes`) are CPU tensors, which NCCL cannot carry."""
+    :func:`~forkgym.agents.learner.sharding.most_passes`) are CPU tensors, which NCCL cannot carry."""
     return "cpu:gloo,cuda:nccl" if str(device).startswith("cuda") else "gloo"
 
 

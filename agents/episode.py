@@ -28,7 +28,7 @@ class Episode:
     truncated: bool = False  # the outcome is `truncated` (a token, turn or time budget)
     wall_s: float = 0.0
     weight_version: int = 0
-    # Monte Carlo values of states inside the episode (agents/fork_values.py): the state
+    # Monte Carlo values of states inside the episode (agents/generation/fork_values.py): the state
     # before the action token at value_positions[i] is worth values[i]
     value_positions: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)

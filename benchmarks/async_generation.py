@@ -19,9 +19,9 @@ import statistics
 import tempfile
 import time
 
-from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
-from forkgym.agents.trainer import Trainer
+from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.trainer import Trainer
 from forkgym.verifiers import MathVerifier
 
 CONFIGS = {

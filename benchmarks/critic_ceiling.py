@@ -1,6 +1,6 @@
 """The most variance any critic can explain on a policy's own rollouts, by Monte Carlo.
 
-The estimator is :func:`forkgym.agents.bench.ceiling.ceiling_batch` (its docstring says how:
+The estimator is :func:`forkgym.bench.ceiling.ceiling_batch` (its docstring says how:
 ``m`` continuations of every action token's prefix, graded by the environment, the estimate's
 own noise taken out), the same that ``forkgym bench`` runs at the warm start and at the end of
 PPO's first seed. Printed per batch of fresh prompts, each with a 95% bootstrap interval over
@@ -36,17 +36,17 @@ from pathlib import Path
 
 import torch
 
-from forkgym.agents.bench.ceiling import (
+from forkgym.agents.generation.backends.hf_policy import HFPolicy
+from forkgym.agents.models import init_model, load_policy_model
+from forkgym.agents.run.sft import sft
+from forkgym.bench.ceiling import (
     CRITIC_FIGURES,
     FIGURES,
     ceiling_batch,
     critic_from_checkpoint,
     pooled_figures,
 )
-from forkgym.agents.bench.stats import interval
-from forkgym.agents.hf_policy import HFPolicy
-from forkgym.agents.models import init_model, load_policy_model
-from forkgym.agents.sft import sft
+from forkgym.bench.stats import interval
 
 # named tasks: (env, its options, new tokens per turn, what it is)
 _STEPS = {"system_prompt": None, "steps": 2, "digits": 1}

@@ -1,17 +1,17 @@
 """The transformers backend's decode loop: its KV cache, its fused step and torch.compile, side by side in one run.
 
 The generation of ``forkgym bench --preset quick``'s first step
-(:func:`forkgym.recipes.quick_generation_requests`: 8 prompts x K = 8 seeded samples, at most
+(:func:`lib.recipes.quick_generation_requests`: 8 prompts x K = 8 seeded samples, at most
 ``--new-tokens`` new tokens), on forkgym's default untrained models, by
-:class:`~forkgym.agents.hf_policy.HFPolicy` four ways, round after round in turn:
+:class:`~forkgym.agents.generation.backends.hf_policy.HFPolicy` four ways, round after round in turn:
 
 * ``dynamic``: every step through the model's ``forward`` (``decode="model"``) on
   transformers' ``DynamicCache``, which copies every layer's keys and values into a new tensor
   at each token (``kv_cache="dynamic"``);
 * ``preallocated``: the model's ``forward`` on a cache allocated once per batch
-  (:mod:`forkgym.agents.kv_cache`); its tokens and log-probs must equal ``dynamic``'s exactly,
+  (:mod:`forkgym.agents.generation.backends.kv_cache`); its tokens and log-probs must equal ``dynamic``'s exactly,
   which the script checks;
-* ``fused``: the default, :class:`~forkgym.agents.fused_decode.FusedDecoder`'s step (the same
+* ``fused``: the default, :class:`~forkgym.agents.generation.backends.fused_decode.FusedDecoder`'s step (the same
   layer in fewer operations); it rounds differently, so its tokens are compared (share equal)
   and its log-probs (largest difference where the tokens are equal);
 * ``compiled``: ``preallocated`` with the model's ``forward`` under ``torch.compile``
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lib.recipes import quick_generation_requests
 
-from forkgym.agents.hf_policy import HFPolicy
+from forkgym.agents.generation.backends.hf_policy import HFPolicy
 from forkgym.agents.models import init_model, load_policy_model
-from forkgym.recipes import quick_generation_requests
 
 
 def compiled_policy(model: Any, tokenizer: Any) -> HFPolicy:

@@ -22,9 +22,9 @@ import sys
 import time
 
 import gymnasium as gym
+from lib.recipes import TimedVerifier
 
 import forkgym.envs
-from forkgym.recipes import TimedVerifier
 from forkgym.verifiers import MathVerifier
 
 TARGETS = {"forkgym/Arithmetic-v0": 5000.0, "forkgym/WordProblems-v0": 5000.0}

@@ -29,9 +29,9 @@ import time
 
 import torch
 
-from forkgym.agents.estimators import get_estimator
-from forkgym.agents.losses import get_loss
-from forkgym.agents.reductions import build_normaliser
+from forkgym.agents.advantages.estimators import get_estimator
+from forkgym.agents.learner.losses import get_loss
+from forkgym.agents.learner.reductions import build_normaliser
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 TARGET = 20.0

@@ -6,12 +6,12 @@ For each model size (``--sizes``, forkgym's default models built here, untrained
 * **generation alone**: the quick preset's prompts (2-digit sums, worked-answer env options,
   the chat template: 17 tokens), K = 8 seeded samples of each of 8 prompts, at most
   ``--new-tokens`` (23: the quick preset's mean worked answer) new tokens, temperature 1, the
-  rollout's stop tokens. The transformers backend (:class:`~forkgym.agents.hf_policy.HFPolicy`
+  rollout's stop tokens. The transformers backend (:class:`~forkgym.agents.generation.backends.hf_policy.HFPolicy`
   on the model itself) and the vLLM backend (an in-process engine on the same directory, fp32)
   generate the same requests alternately, ``--rounds`` times each after a warm-up: generated
   tokens per second, best and median round. Drift: each backend's returned log-probs against
   the learner's (a full fp32 forward of the sampled sequences,
-  :func:`forkgym.agents.logprobs.token_logprobs`), mean and largest absolute difference per
+  :func:`forkgym.agents.learner.logprobs.token_logprobs`), mean and largest absolute difference per
   token;
 * **training step**: two ``Trainer``s, one per backend, GRPO at K = 8 x 8 prompts with the
   same budget, stepped alternately for ``--steps`` timed steps after two warm-ups: seconds per
@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lib.recipes import quick_generation_requests, vllm_missing
 
-from forkgym.agents.bench.presets import PRESETS
+from forkgym.agents.generation.backends.policy import GenerationRequest
 from forkgym.agents.models import init_model, load_policy_model
-from forkgym.agents.policy import GenerationRequest
-from forkgym.recipes import quick_generation_requests, vllm_missing
+from forkgym.bench.presets import PRESETS
 
 QUICK = PRESETS["quick"].regimes[0]
 ENV = QUICK.env
@@ -69,8 +69,8 @@ def drift(learner: Any, reqs: list[GenerationRequest], gens: list[Any]) -> tuple
 
 
 def generation(path: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    from forkgym.agents.hf_policy import HFPolicy
-    from forkgym.agents.vllm_policy import VLLMPolicy
+    from forkgym.agents.generation.backends.hf_policy import HFPolicy
+    from forkgym.agents.generation.backends.vllm_policy import VLLMPolicy
 
     model, tokenizer = load_policy_model(path)
     reqs = quick_generation_requests(tokenizer, args.new_tokens)
@@ -114,8 +114,8 @@ PARTS = {
 
 
 def training(path: Path, tmp: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    from forkgym.agents.config import TrainConfig
-    from forkgym.agents.trainer import Trainer
+    from forkgym.agents.run.config import TrainConfig
+    from forkgym.agents.run.trainer import Trainer
 
     threads = torch.get_num_threads()
     trainers = {}

@@ -9,7 +9,7 @@ next section runs):
 * ``parity``: the default tiny model's (Llama, 1M parameters, random weights) log-probs of
   the same token rows on the CPU in float32, on the device in float32 (TF32 off) and in
   bf16, and prefix-shared against the full forward on the device;
-* ``grpo``: the ``transformers`` backend (:class:`~forkgym.agents.hf_policy.HFPolicy`)
+* ``grpo``: the ``transformers`` backend (:class:`~forkgym.agents.generation.backends.hf_policy.HFPolicy`)
   generating K = 8 responses for each of 8 prompts from a Qwen2.5-0.5B-shaped model in bf16
   (Qwen2 architecture, 24 layers, hidden 896, 14/2 heads, vocabulary 151,936, tied
   embeddings), GRPO advantages from a token rule (a response is paid when the sum of its
@@ -22,15 +22,15 @@ next section runs):
 * ``prefix_sharing``: the learner's update on the same batch with each prompt's forward shared
   by its group against every row on its own; ``prefix_sharing_long``: the same on long prompts
   (1,024 tokens) with short answers (32), where sharing saves most;
-* ``fsdp``: the learner on an FSDP2-sharded copy (``agents/sharding.py``) in a one-rank
+* ``fsdp``: the learner on an FSDP2-sharded copy (``agents/learner/sharding.py``) in a one-rank
   process group (NCCL for CUDA tensors, gloo for the CPU-side counts): the same update as the
   plain model, its weights compared;
-* ``logprob_head``: the learner's log-prob head (``agents/logprobs.py: selected_logprobs``)
+* ``logprob_head``: the learner's log-prob head (``agents/learner/logprobs.py: selected_logprobs``)
   against the plain autograd composition it replaced, on bf16 logits of 8 rows x 512
   positions of the 151,936-token vocabulary: one forward and backward each, seconds and peak
   device memory above the logits, gradients compared;
 * ``weight_packing``: the model's weights named and bucketed for an engine
-  (``agents/weight_buckets.py``, 64 MiB buckets, fused layers whole), each bucket packed into
+  (``agents/generation/backends/weight_buckets.py``, 64 MiB buckets, fused layers whole), each bucket packed into
   one contiguous device buffer, as a packed IPC push sends it: bytes per second.
 
 Run: ``python benchmarks/gpu_check.py --out DIR`` on a machine with a GPU (figures go to
@@ -58,16 +58,16 @@ from typing import Any
 
 import torch
 
-from forkgym.agents.algorithms import build_algorithm
+from forkgym.agents.advantages.algorithms import build_algorithm
 from forkgym.agents.batch import RolloutBatch, TokenBatch
-from forkgym.agents.config import TrainConfig
 from forkgym.agents.episode import Episode, Group
-from forkgym.agents.hf_policy import HFPolicy
-from forkgym.agents.learner import Learner
-from forkgym.agents.logprobs import token_logprobs
+from forkgym.agents.generation.backends.hf_policy import HFPolicy
+from forkgym.agents.generation.backends.policy import GenerationRequest, SamplingParams
+from forkgym.agents.learner.logprobs import token_logprobs
+from forkgym.agents.learner.prefix_sharing import plan_prefixes, shared_prefix_logprobs
+from forkgym.agents.learner.stage import Learner
 from forkgym.agents.models import QWEN_05B_CONFIG, model_config
-from forkgym.agents.policy import GenerationRequest, SamplingParams
-from forkgym.agents.prefix_sharing import plan_prefixes, shared_prefix_logprobs
+from forkgym.agents.run.config import TrainConfig
 from forkgym.verifiers import Outcome
 
 QWEN_05B = QWEN_05B_CONFIG
@@ -360,7 +360,7 @@ def section_prefix_sharing_long(
 ) -> dict:
     """Prefix sharing where prompts are long beside their answers (1,024 prompt tokens, 32
     response tokens; the dry mode: 32 and 4), on random tokens: no generation needed."""
-    from forkgym.agents.policy import Generation
+    from forkgym.agents.generation.backends.policy import Generation
 
     model = args.state["grpo"][0]
     long = Shape(shape.prompts, shape.k, 32 if args.dry else 1024, 4 if args.dry else 32, 1, shape.model)  # fmt: skip
@@ -393,7 +393,7 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
     import torch.distributed as dist
 
     from forkgym.agents.distributed import init_group
-    from forkgym.agents.sharding import full_state_dict, shard_model
+    from forkgym.agents.learner.sharding import full_state_dict, shard_model
 
     # in float32 at a learning rate that moves the weights: bf16 weights would not see it
     model = copy.deepcopy(args.state["grpo"][0]).float()
@@ -431,7 +431,7 @@ def section_fsdp(args: argparse.Namespace, device: torch.device, shape: Shape) -
 
 
 def section_weight_packing(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
-    from forkgym.agents.weight_buckets import bucket_weights, engine_names
+    from forkgym.agents.generation.backends.weight_buckets import bucket_weights, engine_names
 
     model = args.state["grpo"][0]
     bucket_bytes = 64 * 2**20
@@ -460,7 +460,7 @@ def section_weight_packing(args: argparse.Namespace, device: torch.device, shape
 
 
 def section_logprob_head(args: argparse.Namespace, device: torch.device, shape: Shape) -> dict:
-    from forkgym.agents.bench.logprob_head import head_inputs, head_pass
+    from lib.logprob_head import head_inputs, head_pass
 
     rows, positions = (2, 8) if args.dry else (8, 512)
     vocab = shape.model["vocab_size"]

@@ -25,11 +25,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from forkgym.agents.batch import RolloutBatch, TokenBatch
-from forkgym.agents.config import TrainConfig
 from forkgym.agents.episode import Episode, Group
-from forkgym.agents.learner import Learner
+from forkgym.agents.learner.sharding import shard_model
+from forkgym.agents.learner.stage import Learner
 from forkgym.agents.models import model_config
-from forkgym.agents.sharding import shard_model
+from forkgym.agents.run.config import TrainConfig
 from forkgym.verifiers import Outcome
 
 K, PROMPTS, PROMPT_LEN, NEW_TOKENS = 8, 16, 48, 32

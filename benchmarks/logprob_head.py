@@ -1,8 +1,8 @@
 """The learner's log-prob head, fused against its plain autograd composition, in one run.
 
 The head turns a micro-batch's logits into the scored tokens' log-probs (with gradients) and
-the entropies (``forkgym.agents.logprobs.selected_logprobs``). The baseline is the plain
-composition it replaced (``forkgym.agents.bench.logprob_head.plain_selected_logprobs``): the
+the entropies (``forkgym.agents.learner.logprobs.selected_logprobs``). The baseline is the plain
+composition it replaced (``lib.logprob_head.plain_selected_logprobs``): the
 same operations, with autograd keeping a float32 copy of the scores and every temporary built
 over the whole ``[B, L, V]``. Two shapes by default:
 
@@ -27,8 +27,7 @@ import subprocess
 import sys
 
 import torch
-
-from forkgym.agents.bench.logprob_head import HEADS, head_inputs, head_pass
+from lib.logprob_head import HEADS, head_inputs, head_pass
 
 SHAPES = {  # rows, positions, vocabulary, dtype
     "worked-23": (64, 22, 1024, torch.float32),

@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 
 import sqlalchemy as sa
+from lib.recipes import integer_mix
 from service_throughput import SEED, start_server, threaded
 
-from forkgym.recipes import integer_mix
 from forkgym.store.local_postgres import pg_bin, private_cluster
 
 

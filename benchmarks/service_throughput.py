@@ -42,7 +42,8 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlparse
 
-from forkgym.recipes import integer_mix, math_mix
+from lib.recipes import integer_mix, math_mix
+
 from forkgym.services import VerifierClient
 from forkgym.services.server import spawn
 from forkgym.store import upgrade

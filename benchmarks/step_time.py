@@ -8,7 +8,7 @@ of ``--steps`` timed steps. Verification is timed by wrapping the environment's 
 Each step runs twice in one process, the baseline first: every row's prompt through the model
 on its own (``prefix_sharing: false`` and the backend's ``share_prefill: false``), then each
 distinct prompt once, its KV cache shared by the group's K rows (the default; generation's
-prefill and the learner's forward, ``agents/prefix_sharing.py``). Both start from the same
+prefill and the learner's forward, ``agents/learner/prefix_sharing.py``). Both start from the same
 weights and draw the same tasks.
 
 Run: ``python benchmarks/step_time.py [--model DIR] [--steps N] [--k K] [--prompts P]
@@ -27,11 +27,11 @@ import time
 from collections import defaultdict
 
 import torch
+from lib.recipes import TimedVerifier
 
-from forkgym.agents.config import TrainConfig
 from forkgym.agents.models import init_model
-from forkgym.agents.trainer import Trainer
-from forkgym.recipes import TimedVerifier
+from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.trainer import Trainer
 from forkgym.verifiers import MathVerifier
 
 

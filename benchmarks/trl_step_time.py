@@ -16,10 +16,10 @@ the very same work:
   draws (``task_seeds(seed, "train", s, 8)``), in order (``shuffle_dataset=False``), as
   conversational prompts, so TRL applies the same chat template; its reward function grades
   each completion by stepping the env reset to that task, as forkgym's rollout does
-  (``forkgym.recipes.trl_env_rows`` / ``trl_env_reward``, shared with
+  (``forkgym.bench.trl_run.trl_env_rows`` / ``trl_env_reward``, shared with
   ``experiments/trl_learning.py``);
 * the same stop tokens: forkgym's rollout ends a turn at ``<|im_end|>`` or ``<|endoftext|>``
-  (``agents/rollout.py: stop_token_ids``). ``init_model`` writes both into the model's
+  (``agents/generation/rollout.py: stop_token_ids``). ``init_model`` writes both into the model's
   ``generation_config.eos_token_id``, and TRL 1.16 stops generation (and masks the completion)
   at the generation config's eos ids plus the tokenizer's eos, so nothing needs setting: TRL
   stops at the same two tokens. The script checks this before it times anything;
@@ -42,7 +42,7 @@ case forkgym runs before and after TRL (their mean is compared); in ``answer-8``
 with the full 25-token prompt (``instruction=True``) for reference. Two warm-up steps, then
 the mean of ``--steps``. Under each case's table: forkgym's step by stage (its own timing
 metrics, both runs), and the matrix products of the model's linear layers alone at the step's
-shapes, timed here with ``torch.mm`` (``forkgym.agents.bench.matmul_floor``): a floor the
+shapes, timed here with ``torch.mm`` (``lib.matmul_floor``): a floor the
 step cannot go under in fp32 without doing less arithmetic. Needs TRL, which only the ``bench`` extra installs
 (``pip install -e .[bench]``). Run: ``python benchmarks/trl_step_time.py [--steps N] [--cases answer-8,worked-23]``.
 """
@@ -61,8 +61,8 @@ from typing import Any
 
 import torch
 
-from forkgym.agents.bench.presets import PRESETS
-from forkgym.recipes import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
+from forkgym.bench.presets import PRESETS
+from forkgym.bench.trl_run import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
 
 ENV = "forkgym/Arithmetic-v0"
 K, PROMPTS, SEED, LR, BETAS = 8, 8, 0, 1e-4, (0.9, 0.99)
@@ -108,8 +108,8 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str, case: Case) -> d
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from forkgym.agents.generation.rollout import stop_token_ids
     from forkgym.agents.models import load_policy_model
-    from forkgym.agents.rollout import stop_token_ids
 
     model, tokenizer = load_policy_model(model_dir)
     params = sum(p.numel() for p in model.parameters())
@@ -160,8 +160,8 @@ def trl_seconds_per_step(steps: int, model_dir: Path, out: str, case: Case) -> d
 def forkgym_seconds_per_step(
     steps: int, model_dir: Path, out: str, case: Case, instruction: bool = False
 ) -> dict[str, Any]:
-    from forkgym.agents.config import TrainConfig
-    from forkgym.agents.trainer import Trainer
+    from forkgym.agents.run.config import TrainConfig
+    from forkgym.agents.run.trainer import Trainer
 
     config = TrainConfig(
         model=str(model_dir),
@@ -211,7 +211,8 @@ def forkgym_seconds_per_step(
 def print_floor(runs: list[dict[str, Any]], model_dir: Path, prompt_len: int, trl_s: float) -> None:
     """forkgym's step by stage (the mean of ``runs``) beside the matrix products of the
     model's linear layers alone at the step's shapes, timed here."""
-    from forkgym.agents.bench.matmul_floor import StepShape, matmul_floor
+    from lib.matmul_floor import StepShape, matmul_floor
+
     from forkgym.agents.models import load_policy_model
 
     step = statistics.mean(r["s_per_step"] for r in runs)

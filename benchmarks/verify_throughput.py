@@ -26,7 +26,7 @@ import sys
 import time
 from collections import Counter
 
-from forkgym.recipes import MIXES
+from lib.recipes import MIXES
 
 METHODS = {
     "raw": "raw math-verify (1 process)",

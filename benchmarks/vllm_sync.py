@@ -4,7 +4,7 @@ the vllm backend beside the transformers backend on the same model and batch.
 For each model size: the trainer's weights (perturbed, so every push changes the engine) are
 pushed ``--repeats`` times each way and the median is printed:
 
-* bucketed: :class:`~forkgym.agents.vllm_policy.VLLMPolicy.sync_weights` with ``--bucket-mb``
+* bucketed: :class:`~forkgym.agents.generation.backends.vllm_policy.VLLMPolicy.sync_weights` with ``--bucket-mb``
   buckets (the backend's default path);
 * one layer per call: the same push with one engine layer per call, the finest split that
   keeps a fused layer whole (one tensor, or q/k/v together, or gate/up together). Pushing a
@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import torch
+from lib.recipes import vllm_missing
 
+from forkgym.agents.generation.backends.policy import GenerationRequest, SamplingParams
 from forkgym.agents.models import QWEN_05B_CONFIG, init_model, load_policy_model
-from forkgym.agents.policy import GenerationRequest, SamplingParams
-from forkgym.recipes import vllm_missing
 
 # a Qwen2.5-0.5B-shaped Llama (0.5B parameters), built from its config: nothing downloaded
 QWEN_05B_SHAPE = {**QWEN_05B_CONFIG, "max_position_embeddings": 2048}
@@ -65,9 +65,9 @@ def median_seconds(fn, repeats: int) -> float:
 def measure(path: Path, size: str, args: argparse.Namespace) -> None:
     """Sync and generation figures for one model directory; prints them."""
     from forkgym.agents import vllm_compat
-    from forkgym.agents.hf_policy import HFPolicy
-    from forkgym.agents.vllm_policy import VLLMPolicy
-    from forkgym.agents.weight_buckets import bucket_weights, engine_names
+    from forkgym.agents.generation.backends.hf_policy import HFPolicy
+    from forkgym.agents.generation.backends.vllm_policy import VLLMPolicy
+    from forkgym.agents.generation.backends.weight_buckets import bucket_weights, engine_names
 
     model, _ = load_policy_model(path)
     params = sum(p.numel() for p in model.parameters())

@@ -30,15 +30,15 @@ import gymnasium as gym
 import torch
 
 import forkgym.envs  # noqa: F401 - registers the environments
+from forkgym.agents.advantages.critic import explained_variance
+from forkgym.agents.advantages.ppo import ValueModel
 from forkgym.agents.batch import TokenBatch
-from forkgym.agents.config import TrainConfig
-from forkgym.agents.critic import explained_variance
+from forkgym.agents.generation.rollout import ChatTokens
 from forkgym.agents.models import init_model, load_policy_model
 from forkgym.agents.padding import pad_sequences, padding_mask
-from forkgym.agents.ppo import ValueModel
-from forkgym.agents.rollout import ChatTokens
-from forkgym.agents.sft import sft
-from forkgym.agents.trainer import Trainer
+from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.sft import sft
+from forkgym.agents.run.trainer import Trainer
 
 ENV = "forkgym/Arithmetic-v0"
 ENV_KWARGS = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip

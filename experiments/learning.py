@@ -31,10 +31,12 @@ import time
 from pathlib import Path
 
 import forkgym.envs  # noqa: F401
-from forkgym.agents.config import TrainConfig
-from forkgym.agents.plots import curves, plot_runs
-from forkgym.agents.trainer import Trainer
-from forkgym.recipes import (
+from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.plots import curves, plot_runs
+from forkgym.agents.run.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # lib.recipes
+from lib.recipes import (
     ARITH_TOKENS,
     ARITHMETIC,
     ARITHMETIC_SHORT,

@@ -7,7 +7,7 @@ here, on equal terms, and reports both counts (held-out accuracy gained in 300 s
 seconds per step) for each trainer:
 
 * one warm start: the default tiny model after SFT on arithmetic demonstrations, to 20-50%
-  held-out greedy accuracy (``forkgym.recipes.warm_start``, the one ``experiments/learning.py``
+  held-out greedy accuracy (``lib.recipes.warm_start``, the one ``experiments/learning.py``
   uses);
 * the same environment (``forkgym/Arithmetic-v0``, 2-digit addition, worked answers, prompts
   without the format sentence), the same chat template, stop tokens and verifier: TRL gets the
@@ -21,7 +21,7 @@ seconds per step) for each trainer:
   clipping at 1.0, no KL term, one optimizer step per generation, the PPO-clip loss at
   0.2 below and 0.28 above (forkgym's ``ppo_clip`` defaults; TRL's own default is 0.2 both
   ways, which runs before 2026-12-03 used) with token-mean reduction (TRL's default ``dapo``
-  loss) and group-std-scaled advantages (TRL's default): ``forkgym.recipes.trl_grpo_args``;
+  loss) and group-std-scaled advantages (TRL's default): ``forkgym.bench.trl_run.trl_grpo_args``;
 * the same held-out evaluation (200 tasks, greedy) at steps 0, 100, 200 and 300; evaluation
   time is left out of the seconds per step.
 
@@ -50,19 +50,18 @@ from pathlib import Path
 import torch
 
 import forkgym.envs  # noqa: F401
-from forkgym.agents.config import ConfigError, TrainConfig
-from forkgym.agents.runlog import read_metrics
-from forkgym.agents.trainer import Trainer
-from forkgym.recipes import (
+from forkgym.agents.run.config import ConfigError, TrainConfig
+from forkgym.agents.run.runlog import read_metrics
+from forkgym.agents.run.trainer import Trainer
+from forkgym.bench.trl_run import require_trl, trl_env_reward, trl_env_rows, trl_grpo_args
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # lib.recipes
+from lib.recipes import (
     ARITH_TOKENS,
     ARITHMETIC_SHORT,
     EVAL_EPISODES,
     HELD_OUT_RUN,
     held_out,
-    require_trl,
-    trl_env_reward,
-    trl_env_rows,
-    trl_grpo_args,
     warm_start,
 )
 

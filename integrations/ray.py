@@ -11,7 +11,7 @@ do without Ray:
   ``vllm``) on its own copy of the model; the learner sees it as the ``ray`` backend
   (:class:`RayPolicy`), which sends requests to it and pushes the weights after each update
   (one ``ray.put`` of the state dict per push, however many workers read it);
-* a **learner rank** is a Ray task running :class:`~forkgym.agents.trainer.Trainer` with that
+* a **learner rank** is a Ray task running :class:`~forkgym.agents.run.trainer.Trainer` with that
   backend and ``verifier_url`` set to the replicas; several ranks form a
   ``torch.distributed`` group (gloo on CPU, NCCL on GPUs) exactly as under ``torchrun``; with
   L ranks and N workers, rank r generates on workers r, r + L, ... (a pool when several), or on
@@ -39,10 +39,10 @@ from typing import Any
 
 import torch
 
-from forkgym.agents.backends import BACKENDS, build_policy
-from forkgym.agents.config import TrainConfig
-from forkgym.agents.engine_pool import EnginePool
-from forkgym.agents.policy import Generation, GenerationRequest, Policy
+from forkgym.agents.generation.backends.policy import Generation, GenerationRequest, Policy
+from forkgym.agents.generation.backends.registry import BACKENDS, build_policy
+from forkgym.agents.generation.engine_pool import EnginePool
+from forkgym.agents.run.config import TrainConfig
 
 try:
     import ray
@@ -218,7 +218,7 @@ class LearnerRank:
     def train(
         self, config: dict[str, Any], rank: int, world: int, master: tuple[str, int], resume: bool
     ) -> dict[str, Any]:
-        from forkgym.agents.trainer import Trainer
+        from forkgym.agents.run.trainer import Trainer
 
         if world > 1:
             os.environ.update(

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 from forkgym.verifiers import MathVerifier
+
+# the scripts' shared helpers (benchmarks/lib), imported as the scripts import them: `lib.…`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -65,7 +70,7 @@ STEPS_KWARGS = {"system_prompt": None, "steps": 2, "digits": 1}
 def steps_model_dir(tmp_path_factory, tiny_model_dir):
     """The tiny model after 40k tokens of SFT on CheckedSteps (a few seconds): it writes the
     tool calls, so its episodes have several turns."""
-    from forkgym.agents.sft import sft
+    from forkgym.agents.run.sft import sft
 
     out = tmp_path_factory.mktemp("steps-model") / "model"
     sft(str(tiny_model_dir), "forkgym/CheckedSteps-v0", tokens=40_000, out=out, batch_size=16, env_kwargs=STEPS_KWARGS)  # fmt: skip
@@ -77,7 +82,7 @@ def warm_model_dir(tmp_path_factory, tiny_model_dir):
     """The tiny model after 16k tokens of SFT on 1-digit sums (~20% greedy accuracy, a few
     seconds): rollouts of it mix right and wrong answers, so advantages and updates are not
     all zero, which an untrained model's are."""
-    from forkgym.agents.sft import sft
+    from forkgym.agents.run.sft import sft
 
     out = tmp_path_factory.mktemp("warm-model") / "model"
     sft(

@@ -54,7 +54,7 @@ def test_installed_wheel_imports_as_subpackages_only(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import forkgym.verifiers, forkgym.envs, forkgym.agents, forkgym.store, forkgym.services\n"
-        "import forkgym.agents.bench, forkgym.integrations.verl\n"
+        "import forkgym.bench, forkgym.integrations.verl\n"
         "import gymnasium as gym, forkgym.cli\n"
         "gym.make('forkgym/MathDataset-v0').reset(seed=0)\n"
         f"assert forkgym.verifiers.__file__.startswith({str(site)!r}), forkgym.verifiers.__file__\n"

@@ -24,11 +24,11 @@ def test_register_lookup_build_and_errors():
 
 
 def test_every_family_uses_it():
-    from forkgym.agents.algorithms import ALGORITHMS
-    from forkgym.agents.backends import BACKENDS
-    from forkgym.agents.estimators import ESTIMATORS
-    from forkgym.agents.losses import LOSSES
-    from forkgym.agents.schedules import LR_SCHEDULES
+    from forkgym.agents.advantages.algorithms import ALGORITHMS
+    from forkgym.agents.advantages.estimators import ESTIMATORS
+    from forkgym.agents.generation.backends.registry import BACKENDS
+    from forkgym.agents.learner.losses import LOSSES
+    from forkgym.agents.learner.schedules import LR_SCHEDULES
     from forkgym.envs.tool_parsers import TOOL_PARSERS
     from forkgym.verifiers.extract import EXTRACTORS
 

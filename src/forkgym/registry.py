@@ -8,7 +8,7 @@ that refuses a name twice and names what is registered when a lookup fails.
 A user's own entry is one decorator away, and from then on it is reachable by name from
 configs and the command line::
 
-    from forkgym.agents.estimators import ESTIMATORS, Estimator
+    from forkgym.agents.advantages.estimators import ESTIMATORS, Estimator
 
     @ESTIMATORS.register("my_baseline")
     class MyBaseline(Estimator):

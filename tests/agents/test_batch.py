@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from forkgym.agents.advantages.estimators import get_estimator
 from forkgym.agents.batch import (
     RolloutBatch,
     RolloutCost,
@@ -13,7 +14,6 @@ from forkgym.agents.batch import (
     valid_from_statuses,
 )
 from forkgym.agents.episode import Episode, Group
-from forkgym.agents.estimators import get_estimator
 from forkgym.verifiers import Outcome, Status
 
 

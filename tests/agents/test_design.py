@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import forkgym.agents
-from forkgym.agents.advantages import ALGORITHMS
-from forkgym.agents.backends import BACKENDS
-from forkgym.agents.estimators import ESTIMATORS
-from forkgym.agents.losses import LOSSES
-from forkgym.agents.schedules import LR_SCHEDULES
+from forkgym.agents.advantages.base import ALGORITHMS
+from forkgym.agents.advantages.estimators import ESTIMATORS
+from forkgym.agents.generation.backends.registry import BACKENDS
+from forkgym.agents.learner.losses import LOSSES
+from forkgym.agents.learner.schedules import LR_SCHEDULES
 
 AGENTS = Path(forkgym.agents.__file__).parent
 PACKAGE = "forkgym.agents"
@@ -124,7 +124,7 @@ def _compared_names(path: Path, names: set[str]) -> list[str]:
 def test_no_code_compares_a_registered_name():
     """A part declares what it needs (needs_group, needs_greedy, batch_wide, owns_model,
     shares_model, ...); the training library never asks which part it is by its name.
-    (``forkgym.agents.bench`` compares its own methods' names in its report, by design.)"""
+    (``forkgym.bench`` compares its own methods' names in its report, by design.)"""
     names = {n for r in (ALGORITHMS, ESTIMATORS, LOSSES, BACKENDS, LR_SCHEDULES) for n in r}
     assert {"rloo", "ppo", "transformers", "hf", "vllm"} <= names  # premise
     library = modules(bench=False).values()

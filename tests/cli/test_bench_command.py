@@ -60,7 +60,7 @@ def test_the_smoke_preset_runs_and_passes_its_check(tmp_path):
 
 
 def test_regimes_and_budget_narrow_a_preset():
-    from forkgym.agents.bench.presets import PRESETS, narrow
+    from forkgym.bench.presets import PRESETS, narrow
 
     full = PRESETS["full"]
     one = narrow(full, ["arithmetic-k1"], 50_000)
@@ -71,7 +71,7 @@ def test_regimes_and_budget_narrow_a_preset():
 
 
 def test_seeds_narrow_the_preset_that_is_run_and_checked():
-    from forkgym.agents.bench.presets import PRESETS, narrow
+    from forkgym.bench.presets import PRESETS, narrow
 
     assert narrow(PRESETS["quick"], seeds=[3, 4]).seeds == (3, 4)
     assert narrow(PRESETS["quick"]).seeds == PRESETS["quick"].seeds

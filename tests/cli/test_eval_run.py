@@ -10,8 +10,8 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from forkgym.agents.config import TrainConfig
-from forkgym.agents.runlog import read_metrics
+from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.runlog import read_metrics
 from forkgym.cli import app
 from forkgym.cli.train import phase_label
 

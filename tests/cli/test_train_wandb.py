@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from forkgym.agents.runlog import read_metrics
+from forkgym.agents.run.runlog import read_metrics
 from forkgym.cli import app
 
 pytestmark = pytest.mark.integrations

@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.integrations, pytest.mark.slow]
 
 ray = pytest.importorskip("ray", reason="needs forkgym[ray]")
 
-from forkgym.agents.config import ConfigError, TrainConfig  # noqa: E402
-from forkgym.agents.runlog import read_metrics  # noqa: E402
+from forkgym.agents.run.config import ConfigError, TrainConfig  # noqa: E402
+from forkgym.agents.run.runlog import read_metrics  # noqa: E402
 from forkgym.integrations.ray import Layout, launch  # noqa: E402
 from tests.conftest import WARM_ENV_KWARGS  # noqa: E402
 

@@ -60,8 +60,8 @@ def bench(
     a preset from one warm start, then report.md (accuracy with 95% intervals over seeds,
     tokens generated and trained on, time, group types, failures) and PNG plots. Interrupted?
     Run the same command again: finished runs are kept, an unfinished one resumes."""
-    from forkgym.agents.bench import METHODS, PRESETS, resolve_method, run_bench, write_report
-    from forkgym.agents.bench.presets import narrow
+    from forkgym.bench import METHODS, PRESETS, resolve_method, run_bench, write_report
+    from forkgym.bench.presets import narrow
 
     if list_:
         for name, method in METHODS.items():
@@ -105,7 +105,7 @@ def bench(
             raise typer.BadParameter(str(exc)) from None
     typer.echo(f"wrote {path}")
     if check:
-        from forkgym.agents.bench.report import check_report
+        from forkgym.bench.report import check_report
 
         problems = check_report(folder, chosen_preset, chosen)
         for problem in problems:

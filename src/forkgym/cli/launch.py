@@ -50,7 +50,7 @@ def launch(
 ) -> None:
     """Train on a Ray cluster: verifier replicas, generation workers and learner ranks placed
     by Ray, torn down when the run ends. Prints the last step's summary."""
-    from forkgym.agents.config import ConfigError, TrainConfig
+    from forkgym.agents.run.config import ConfigError, TrainConfig
 
     from .errors import checked_db, fail
 

@@ -61,7 +61,7 @@ def sft(
     ] = True,
 ) -> None:
     """Supervised warm start on the environment's gold demonstrations."""
-    from forkgym.agents.sft import sft as run_sft
+    from forkgym.agents.run.sft import sft as run_sft
 
     result = run_sft(
         model,
@@ -108,8 +108,8 @@ def train(
 ) -> None:
     """Train a policy (a critic-free estimator, or PPO with a learned critic); metrics,
     checkpoints and the resolved config go to --out. Any config key can be set as key=value."""
-    from forkgym.agents.config import ConfigError, TrainConfig
-    from forkgym.agents.trainer import Trainer
+    from forkgym.agents.run.config import ConfigError, TrainConfig
+    from forkgym.agents.run.trainer import Trainer
 
     values: dict[str, Any] = {
         "model": model,
@@ -149,7 +149,7 @@ def train(
 
 def _file_sets(config: Path | None, overrides: list[str] | None, key: str) -> bool:
     """Whether the config file or an override names ``key``."""
-    from forkgym.agents.config import read_file
+    from forkgym.agents.run.config import read_file
 
     named = config is not None and key in read_file(config)
     return named or any(o.split("=", 1)[0].strip() == key for o in overrides or [])
@@ -181,7 +181,7 @@ def _check_run(cfg: Any, *, model_given: bool) -> None:
     if cfg.wandb:
         import importlib.util
 
-        from forkgym.agents.runlog import WANDB_INSTALL_HINT
+        from forkgym.agents.run.runlog import WANDB_INSTALL_HINT
 
         if importlib.util.find_spec("wandb") is None:
             raise typer.BadParameter(WANDB_INSTALL_HINT)
@@ -307,8 +307,8 @@ def evaluate(
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401
-    from forkgym.agents.backends import BACKENDS, missing_requirement
-    from forkgym.agents.evaluate import evaluate as run_eval
+    from forkgym.agents.generation.backends.registry import BACKENDS, missing_requirement
+    from forkgym.agents.generation.evaluate import evaluate as run_eval
     from forkgym.envs.base import on_side
 
     if backend not in BACKENDS:
@@ -384,7 +384,7 @@ def _evaluate_with(
 ) -> dict[str, Any]:
     """``run(policy, on_progress)`` on the backend's policy, which is closed (its engine shut
     down) however the evaluation ends."""
-    from forkgym.agents.backends import build_policy
+    from forkgym.agents.generation.backends.registry import build_policy
 
     policy = build_policy(backend, net, tokenizer, seed=seed, **options)
     try:
@@ -400,7 +400,7 @@ def _eval_defaults() -> dict[str, Any]:
     """``forkgym eval``'s defaults: the token budget, held-out seed and sampling temperature
     are TrainConfig's (one source of truth), so that a model trained with the defaults is
     evaluated as its run evaluated it."""
-    from forkgym.agents.config import TrainConfig
+    from forkgym.agents.run.config import TrainConfig
 
     return {
         "episodes": 200,
@@ -416,8 +416,8 @@ def _run_settings(run: Path, *, model_given: bool) -> dict[str, Any]:
     tokenizer with its chat template), env and env kwargs (the prompt settings), token budget,
     sampling temperature and held-out evaluation settings. Read from the saved config without
     validating it again, so a run evaluates on a machine without its training backend."""
-    from forkgym.agents.checkpoint import Checkpoints
-    from forkgym.agents.config import ConfigError, TrainConfig, load_plugins, read_file
+    from forkgym.agents.run.checkpoint import Checkpoints
+    from forkgym.agents.run.config import ConfigError, TrainConfig, load_plugins, read_file
 
     hint = "--run"
     if not run.is_dir():
@@ -516,7 +516,7 @@ def runs_list(
     root: Annotated[Path, typer.Argument(help="Directory holding run directories.")] = Path("runs"),
 ) -> None:
     """Runs under ROOT: estimator, env, steps done, last reward and held-out accuracy."""
-    from forkgym.agents.runlog import read_metrics
+    from forkgym.agents.run.runlog import read_metrics
 
     if not root.is_dir():
         raise typer.BadParameter(f"{root} is not a directory", param_hint="ROOT")
@@ -541,7 +541,7 @@ def runs_list(
 @runs_app.command("show")
 def runs_show(run: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """The run's config and a table of its evaluation steps."""
-    from forkgym.agents.runlog import read_metrics
+    from forkgym.agents.run.runlog import read_metrics
 
     if not (run / "config.yaml").exists():
         raise typer.BadParameter(f"{run} is not a run directory (no config.yaml)")
@@ -569,7 +569,7 @@ def runs_plot(
     out: Annotated[Path, typer.Option(help="PNG to write.")] = Path("learning_curve.png"),
 ) -> None:
     """Held-out accuracy and training reward against generated tokens, one line per run."""
-    from forkgym.agents.plots import plot_runs
+    from forkgym.agents.run.plots import plot_runs
 
     for run in runs:
         if not (run / "metrics.jsonl").exists():

@@ -1,0 +1,132 @@
+"""Demonstrations and supervised warm starts (and the SFT baseline).
+
+A demonstration is an environment's gold trajectory rendered exactly as a rollout would be:
+the same chat template, the same token stream, with the assistant's turns (tool calls and
+the final answer, each ended by the stop token) as the only tokens in the loss. ``sft`` trains
+on fresh demonstrations, from a seed stream of their own, until it has trained on ``tokens``
+assistant tokens, then saves the model with ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+import forkgym.envs  # noqa: F401 - registers the environments
+from forkgym.envs.base import on_side
+
+from ..generation.rollout import ChatTokens
+from ..learner.schedules import lr_factor
+from ..padding import pad_sequences, padding_mask
+from ..seeds import task_seeds
+
+__all__ = ["Demonstration", "demonstration", "sft"]
+
+
+@dataclass
+class Demonstration:
+    token_ids: list[int]
+    action_mask: list[int]
+    status: str  # the gold trajectory's final status (correct, unless the env is broken)
+
+
+def demonstration(env: Any, chat: ChatTokens, seed: int) -> Demonstration:
+    """Play the env's gold actions from ``reset(seed)``; token ids as a rollout would see them."""
+    obs, _ = env.reset(seed=seed)
+    ids = chat.prompt(obs["messages"])
+    mask = [0] * len(ids)
+    messages = list(obs["messages"])
+    while True:
+        action = env.unwrapped.gold_action()
+        turn = [*chat.encode(action), chat.stop[0]]
+        ids += turn
+        mask += [1] * len(turn)
+        obs, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return Demonstration(ids, mask, info["status"])
+        added = chat.continuation(obs["messages"], len(messages) + 1)
+        ids += added
+        mask += [0] * len(added)
+        messages = list(obs["messages"])
+
+
+def sft(
+    model_dir: str,
+    env_id: str,
+    *,
+    tokens: int,
+    out: str | Path,
+    seed: int = 0,
+    lr: float = 3e-3,
+    batch_size: int = 32,
+    warmup_steps: int = 10,
+    env_kwargs: dict[str, Any] | None = None,
+    device: str = "cpu",
+    log: Callable[[dict[str, float]], None] | None = None,
+    until: Callable[[Any, Any, int], bool] | None = None,
+    check_every: int = 25,
+    held_out: bool = True,
+) -> dict[str, float]:
+    """Train ``model_dir`` on gold demonstrations of ``env_id`` for ``tokens`` assistant tokens.
+
+    ``held_out`` (default): demonstrations only of problems on the train side of the env's
+    content partition, so a model evaluated on the eval side (as ``forkgym train`` and
+    ``forkgym eval`` do by default) was never shown an evaluated problem's answer.
+
+    ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
+    training early (e.g. once held-out accuracy reaches a warm-start target).
+    """
+    from ..learner.logprobs import token_logprobs
+    from ..models import load_policy_model
+
+    torch.manual_seed(seed)
+    model, tokenizer = load_policy_model(model_dir, device=device)
+    model.train()
+    chat = ChatTokens(tokenizer)
+    env = gym.make(env_id, **on_side(env_kwargs or {}, "train" if held_out else None))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99))
+    trained = 0
+    step = 0
+    start = time.perf_counter()
+    losses = []
+    while trained < tokens:
+        demos = [demonstration(env, chat, s) for s in task_seeds(seed, "sft", step, batch_size)]
+        ids = pad_sequences([d.token_ids for d in demos], value=tokenizer.pad_token_id)
+        attention = padding_mask([len(d.token_ids) for d in demos]).long()
+        action = pad_sequences([d.action_mask for d in demos], dtype=torch.bool)
+        ids, attention, action = ids.to(device), attention.to(device), action.to(device)
+        for group in optimizer.param_groups:  # linear warm-up, then constant
+            group["lr"] = lr * lr_factor("constant", step, 1, warmup_steps)
+        logprobs = token_logprobs(model, ids, attention)
+        n = int(action.sum())
+        loss = -(torch.where(action, logprobs, 0.0).sum() / n)  # token-mean cross-entropy
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        trained += n
+        step += 1
+        losses.append(float(loss.detach()))
+        if log is not None:
+            log({"step": step, "loss": losses[-1], "tokens": trained})
+        if until is not None and step % check_every == 0 and until(model, tokenizer, trained):
+            break
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "steps": step,
+        "tokens": trained,
+        "final_loss": sum(tail) / len(tail),
+        "seconds": time.perf_counter() - start,
+        "loss_is_finite": float(all(math.isfinite(x) for x in losses)),
+    }

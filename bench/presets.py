@@ -1,0 +1,263 @@
+"""Benchmark presets: which regimes, methods, seeds and budget ``forkgym bench`` runs.
+
+A :class:`Regime` is one side of the seed's boundary: a task, a group size and a budget of
+generated tokens that every method in it spends. Within a regime every method starts from the
+same warm start (SFT on gold demonstrations until held-out greedy accuracy reaches
+``warm_accuracy``), trains on the same task seeds and batch at the learning rate its own sweep
+chose (``tune_lrs`` on the preset's ``tune_seed``, scored on validation tasks that no report
+uses: :mod:`forkgym.bench.tuning`), and is evaluated on the same held-out tasks at the
+same fractions of the budget.
+
+* ``smoke``: a check of the machinery for CI (a minute or two): tiny budget, two seeds.
+* ``quick``: six methods and five seeds on the quickstart's task (2-digit sums, worked
+  answers) at K = 8, 200 evaluation tasks, each method's learning rate swept first; TRL's
+  GRPOTrainer beside them when the ``bench`` extra is there.
+* ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
+  multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
+* ``boundary``: the three sources of an advantage side by side (group baselines, a learned
+  critic, Monte Carlo values from forks) at K = 1 and K = 8, on arithmetic (one reward per
+  episode, states whose value a critic cannot read) and on CheckedSteps at two lengths (each
+  turn's tool result reveals progress); about an hour on 2 cores, so small budgets, and the
+  learning rates the quick preset's sweep chose rather than a sweep of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["PRESETS", "Preset", "Regime", "narrow"]
+
+_ARITH_SHORT = {"system_prompt": None, "operations": "+", "digits": 1, "solution_style": "compact", "instruction": False}  # fmt: skip
+_ARITH_2 = {"system_prompt": None, "operations": "+", "solution_style": "worked", "instruction": False}  # fmt: skip
+_CALCULATOR = {"system_prompt": None, "digits": 2, "terms": 2, "operations": "+*", "solution_style": "answer"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    about: str
+    env: str
+    env_kwargs: dict[str, Any]
+    max_new_tokens: int  # per assistant turn
+    k: int
+    prompts_per_step: int
+    budget_tokens: int  # generated tokens per run
+    methods: tuple[str, ...]
+    warm_accuracy: float | None  # SFT until held-out greedy accuracy >= this (None: fixed tokens)
+    warm_max_tokens: int
+    warm_batch_size: int = 32  # demonstrations per SFT step (the warm start and the sft method)
+    lr: float = 1e-4
+    length_edges: tuple[int, ...] = (4, 8, 16, 32)
+    checkpoint_every: int = 5  # steps; an interrupted run resumes from here
+    # the learning-rate sweep every method gets on the preset's tuning seed (empty: none, every
+    # method at `lr`); PPO's methods sweep their critic's learning rate too
+    tune_lrs: tuple[float, ...] = ()
+    tune_value_lrs: tuple[float, ...] = ()
+    ceiling_prompts: int = 0  # > 0: the critic ceiling on this many fresh prompts (PPO's regimes)
+    ceiling_stride: int = 1  # score every stride-th action token of a turn (its first included)
+    validation: bool = False  # True in tuning runs: evaluated on the validation set
+    # without a sweep: settings chosen elsewhere, per method ({"lr": ..., "value_lr": ...});
+    # a method not named here trains at `lr`
+    fixed: dict[str, dict[str, float]] = field(default_factory=dict)
+    warm_name: str | None = None  # share the warm start of the regime of this name
+    vine_error_prompts: int = 0  # > 0: vine's values against a high-rollout reference
+
+    @property
+    def warm_dir(self) -> str:
+        """The folder (under the output) whose ``warm/`` holds this regime's warm start."""
+        return self.warm_name or self.name
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    regimes: tuple[Regime, ...]
+    seeds: tuple[int, ...]
+    eval_episodes: int
+    eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    tune_seed: int | None = None  # the seed of the tuning runs (never a reported seed)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_SMOKE = Regime(
+    name="arithmetic-k4",
+    about="1-digit sums, K = 4: a check of the machinery, not a result",
+    env="forkgym/Arithmetic-v0",
+    env_kwargs=_ARITH_SHORT,
+    max_new_tokens=12,
+    k=4,
+    prompts_per_step=2,
+    budget_tokens=400,
+    methods=("rloo", "ppo", "vine", "raft", "sft"),
+    warm_accuracy=None,
+    warm_max_tokens=16_000,
+    warm_batch_size=16,
+    lr=1e-4,
+    checkpoint_every=2,
+    tune_lrs=(1e-4, 3e-4),
+    tune_value_lrs=(1e-4, 1e-3),
+    ceiling_prompts=2,
+)
+
+_QUICK = Regime(
+    name="arithmetic-k8",
+    about="2-digit sums with worked answers (the quickstart's task), K = 8 x 8 prompts: many cheap candidates, one reward per episode",
+    env="forkgym/Arithmetic-v0",
+    env_kwargs=_ARITH_2,
+    max_new_tokens=32,
+    k=8,
+    prompts_per_step=8,
+    budget_tokens=100_000,
+    methods=("rloo", "grpo", "remax", "ppo", "raft", "sft", "trl_grpo"),
+    warm_accuracy=0.3,
+    warm_max_tokens=2_000_000,
+    lr=2e-4,
+    length_edges=(8, 16, 24, 32),
+    tune_lrs=(1e-4, 2e-4, 4e-4),
+    tune_value_lrs=(2e-4, 1e-3),
+    ceiling_prompts=8,
+)
+
+_ARITH_FULL = Regime(
+    name="arithmetic-k8",
+    about="2-digit sums with worked answers, K = 8 x 8 prompts: many cheap candidates, one reward per episode",
+    env="forkgym/Arithmetic-v0",
+    env_kwargs=_ARITH_2,
+    max_new_tokens=32,
+    k=8,
+    prompts_per_step=8,
+    budget_tokens=600_000,
+    methods=(
+        "reinforce_mean",
+        "remax",
+        "rloo",
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "gspo",
+        "sapo",
+        "ppo",
+        "ppo_shared",
+        "ppo_hybrid",
+        "raft",
+        "sft",
+        "trl_grpo",
+        "grpo@seq_mean_token_mean",
+        "grpo@dr_grpo_constant",
+    ),
+    warm_accuracy=0.2,
+    warm_max_tokens=2_000_000,
+    length_edges=(8, 16, 24, 32),
+    tune_lrs=(1e-4, 2e-4, 4e-4),
+    tune_value_lrs=(2e-4, 1e-3),
+    ceiling_prompts=8,
+)
+
+# the quick preset's sweep (docs/bench.md, 2026-12-05): methods it did not sweep take the
+# closest one's (reinforce_ema and vine: RLOO's; ppo_hybrid: PPO's)
+_SWEPT = {
+    "reinforce_ema": {"lr": 1e-4}, "rloo": {"lr": 1e-4}, "grpo": {"lr": 1e-4},
+    "remax": {"lr": 2e-4}, "raft": {"lr": 1e-4}, "sft": {"lr": 4e-4}, "vine": {"lr": 1e-4},
+    "ppo": {"lr": 2e-4, "value_lr": 1e-3}, "ppo_hybrid": {"lr": 2e-4, "value_lr": 1e-3},
+}  # fmt: skip
+_BOUNDARY_METHODS = ("reinforce_ema", "remax", "rloo", "grpo", "ppo", "ppo_hybrid", "vine", "raft", "sft")  # fmt: skip
+_STEPS = {"system_prompt": None, "digits": 1}
+_BOUNDARY_BUDGET = 30_000
+
+
+def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k: int, episodes: int, **more: Any) -> Regime:  # fmt: skip
+    """One regime of the boundary preset: K x (episodes / K) prompts a step (sized so that a
+    run gets about 20 steps: PPO's 6 critic-pretraining steps leave it room), the shared
+    settings."""
+    values: dict[str, Any] = dict(
+        name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
+        budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
+        fixed=_SWEPT, checkpoint_every=1_000,
+    )  # fmt: skip
+    values.update(more)
+    return Regime(**values)
+
+
+_BOUNDARY = (
+    _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
+              "forkgym/Arithmetic-v0", _ARITH_2, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
+              length_edges=(8, 16, 24, 32)),
+    _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
+              "forkgym/Arithmetic-v0", _ARITH_2, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
+              length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
+    _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=8, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64)),
+    _boundary("steps2-k1", "the same task at K = 1: the states' values are readable, and no group exists",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=1, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64), warm_name="steps2-k8",
+              ceiling_prompts=16, ceiling_stride=8, vine_error_prompts=16),
+    _boundary("steps3-k8", "CheckedSteps, 3 reported steps (4 turns), K = 8: a longer episode, a sparser reward",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64)),
+    _boundary("steps3-k1", "the longer task at K = 1",
+              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64), warm_name="steps3-k8"),
+)  # fmt: skip
+
+PRESETS: dict[str, Preset] = {
+    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16, tune_seed=100),
+    "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2, 3, 4), eval_episodes=200, tune_seed=100),
+    "full": Preset(
+        "full",
+        (
+            _ARITH_FULL,
+            Regime(
+                name="calculator-k8",
+                about="multi-turn: a calculator call, its result, then the boxed answer; K = 8",
+                env="forkgym/Calculator-v0",
+                env_kwargs=_CALCULATOR,
+                max_new_tokens=40,
+                k=8,
+                prompts_per_step=8,
+                budget_tokens=600_000,
+                methods=("rloo", "grpo", "remax", "ppo", "ppo_hybrid", "raft", "sft"),
+                warm_accuracy=0.25,
+                warm_max_tokens=2_000_000,
+                length_edges=(16, 32, 48, 64),
+                tune_lrs=(1e-4, 2e-4, 4e-4),
+                tune_value_lrs=(2e-4, 1e-3),
+            ),
+            replace(
+                _ARITH_FULL,
+                name="arithmetic-k1",
+                about="2-digit sums, ONE rollout per prompt (64 prompts): no group baseline exists",
+                k=1,
+                prompts_per_step=64,
+                methods=("reinforce", "reinforce_ema", "remax", "ppo", "raft", "sft"),
+            ),
+        ),
+        seeds=(0, 1, 2, 3, 4),
+        eval_episodes=200,
+        tune_seed=100,
+    ),
+    "boundary": Preset(
+        "boundary", _BOUNDARY, seeds=(0, 1, 2, 3, 4), eval_episodes=100, eval_fractions=(0.5, 1.0)
+    ),
+}
+
+
+def narrow(
+    preset: Preset,
+    regimes: list[str] | None = None,
+    budget: int | None = None,
+    seeds: list[int] | None = None,
+) -> Preset:
+    """``preset`` with only the named regimes and, if given, another budget for each and other
+    seeds (a resumed run must be asked for the same way: the folder records what it ran)."""
+    chosen = preset.regimes
+    if regimes:
+        known = {r.name for r in preset.regimes}
+        unknown = [r for r in regimes if r not in known]
+        if unknown:
+            raise ValueError(f"unknown regime(s) {unknown} in preset {preset.name!r}; one of {sorted(known)}")  # fmt: skip
+        chosen = tuple(r for r in preset.regimes if r.name in regimes)
+    if budget is not None:
+        chosen = tuple(replace(r, budget_tokens=budget) for r in chosen)
+    return replace(preset, regimes=chosen, seeds=tuple(seeds) if seeds else preset.seeds)

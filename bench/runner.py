@@ -1,0 +1,305 @@
+"""Running a benchmark: warm starts, then every method x seed at one generation budget.
+
+Layout of the output folder (everything a report needs is read back from it)::
+
+    OUT/bench.json                     the preset as run (a resumed run must match it)
+    OUT/REGIME/warm/                   the regime's warm start (a model folder) + warm.json
+                                       (one regime may share another's: Regime.warm_name)
+    OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints
+    OUT/REGIME/METHOD-seedS/done.json  written last: the run is complete
+
+Resuming (the same command again): complete runs are skipped, a forkgym run with a checkpoint
+continues from it (bit-identical to an uninterrupted run on the CPU), an SFT or TRL run
+without ``done.json`` starts again (they are short and have no mid-run checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forkgym.agents.run.config import TrainConfig
+
+from .ceiling import measure_ceilings
+from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
+from .methods import Method, resolve_method
+from .presets import Preset, Regime
+from .tuning import apply, label, tune
+from .vine_error import measure_vine_error
+
+__all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
+
+Log = Callable[[str], None]
+
+
+def run_dir(out: Path, regime: Regime, method: str, seed: int) -> Path:
+    return out / regime.name / f"{method}-seed{seed}"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) -> dict[str, Any]:
+    """The regime's starting policy (cached in ``OUT/REGIME/warm``): SFT on gold
+    demonstrations until held-out greedy accuracy reaches ``regime.warm_accuracy``, checked
+    every 2,000 tokens or so (or for ``warm_max_tokens`` when it is None)."""
+    from forkgym.agents.models import load_policy_model
+    from forkgym.agents.run.sft import sft
+
+    folder = out / regime.warm_dir / "warm"
+    marker = folder / "warm.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    if folder.exists():
+        shutil.rmtree(folder)
+    seen: dict[str, float] = {}
+    target = regime.warm_accuracy
+
+    def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
+        acc = regime_held_out(model, tokenizer, regime, preset.eval_episodes)["eval_accuracy"]
+        seen.update(accuracy=acc, tokens=tokens)
+        log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> held-out {acc:.3f}")
+        return target is not None and acc >= target
+
+    t0 = time.perf_counter()
+    result = sft(
+        str(base),
+        regime.env,
+        tokens=regime.warm_max_tokens,
+        out=folder,
+        seed=0,
+        env_kwargs=regime.env_kwargs,
+        batch_size=regime.warm_batch_size,
+        until=reached if target is not None else None,
+        check_every=10,
+    )
+    model, tokenizer = load_policy_model(folder)
+    start = regime_held_out(model, tokenizer, regime, preset.eval_episodes)
+    if target is not None and start["eval_accuracy"] < target:
+        raise RuntimeError(
+            f"{regime.name}: the warm start reached {start['eval_accuracy']:.3f} < {target} "
+            f"after {result['tokens']:,} SFT tokens"
+        )
+    info = {
+        "model": str(folder),
+        "sft_tokens": int(result["tokens"]),
+        "seconds": time.perf_counter() - t0,
+        "accuracy": start["eval_accuracy"],
+        "eval_infra_failures": start["eval_infra_failures"],
+    }
+    _write_json(marker, info)
+    return info
+
+
+def _train_config(regime: Regime, preset: Preset, method: Method, seed: int, model: str, folder: Path) -> TrainConfig:  # fmt: skip
+    first_eval = int(regime.budget_tokens * min(preset.eval_fractions))
+    values: dict[str, Any] = dict(
+        model=model,
+        env=regime.env,
+        env_kwargs=dict(regime.env_kwargs),
+        seed=seed,
+        steps=1_000_000,  # the token budget ends the run
+        max_tokens_generated=regime.budget_tokens,
+        prompts_per_step=regime.prompts_per_step,
+        k=regime.k,
+        max_new_tokens=regime.max_new_tokens,
+        lr=regime.lr,
+        eval_every=0,
+        # a tuning run is scored once, at the end, on the validation set (run_rl)
+        eval_every_tokens=None if regime.validation else max(1, first_eval),
+        eval_at_start=False,  # the warm start's accuracy is measured once per regime
+        eval_episodes=preset.eval_episodes,
+        eval_k=0,
+        eval_seed=EVAL_SEED,
+        checkpoint_every=regime.checkpoint_every,
+        keep_checkpoints=1,
+        diagnose_losses=True,
+        length_edges=list(regime.length_edges),
+        out=str(folder),
+        progress=False,
+    )
+    values.update(method.overrides)
+    return TrainConfig(**values)
+
+
+def run_rl(regime: Regime, preset: Preset, method: Method, seed: int, model: str, folder: Path, log: Log) -> None:  # fmt: skip
+    from forkgym.agents.run.trainer import Trainer
+
+    config = _train_config(regime, preset, method, seed, model, folder)
+    resume = (folder / "checkpoints").exists() and any((folder / "checkpoints").glob("step_*[0-9]"))  # fmt: skip
+    if not resume and folder.exists():
+        shutil.rmtree(folder)
+    trainer = Trainer(config, resume=resume)
+    if resume:
+        log(f"    resuming {folder.name} at step {trainer.step}")
+    trainer.run()
+    if regime.validation:  # a tuning run: its score on the validation set, at the end
+        scored = regime_held_out(trainer.model, trainer.tokenizer, regime, preset.eval_episodes)
+        _write_json(folder / "validation.json", scored)
+
+
+def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path, log: Log) -> None:
+    """Supervised steps on gold demonstrations for as many tokens as the generation budget
+    (the demonstrations come from a seed stream the warm start did not use); held-out
+    accuracy at the same fractions of it. Logged like a training run: nothing is generated."""
+    from forkgym.agents.run.sft import sft
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    metrics = (folder / "metrics.jsonl").open("w", encoding="utf-8")
+    marks = [int(f * regime.budget_tokens) for f in preset.eval_fractions]
+    state = {"step": 0, "total": 0, "clock": time.perf_counter()}
+
+    def until(model_: Any, tokenizer: Any, tokens: int) -> bool:
+        now = time.perf_counter()
+        state["step"] += 1
+        row: dict[str, Any] = {
+            "step": state["step"],
+            "tokens_generated": 0,
+            "tokens_generated_total": 0,
+            "tokens_trained": tokens - state["total"],
+            "time/step": now - state["clock"],
+        }
+        if any(state["total"] < m <= tokens for m in marks):
+            row.update(regime_held_out(model_, tokenizer, regime, preset.eval_episodes))
+        state["total"] = tokens
+        metrics.write(json.dumps(row) + "\n")
+        metrics.flush()
+        state["clock"] = time.perf_counter()
+        return False
+
+    sft(
+        model,
+        regime.env,
+        tokens=regime.budget_tokens,
+        out=folder / "model",
+        seed=1_000 + seed,
+        # matched to the RL methods: their learning rate, no warm-up, and as many responses a
+        # step as an RL step trains on (K x prompts)
+        lr=regime.lr,
+        warmup_steps=0,
+        batch_size=regime.k * regime.prompts_per_step,
+        env_kwargs=regime.env_kwargs,
+        until=until,
+        check_every=1,
+    )
+    metrics.close()
+
+
+def run_bench(
+    preset: Preset,
+    out: str | Path,
+    *,
+    methods: list[str] | None = None,
+    seeds: list[int] | None = None,
+    log: Log = print,
+    command: str | None = None,
+) -> Path:
+    """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
+    report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it;
+    ``command`` is what the report says produced it."""
+    from transformers.utils import logging as hf_logging
+
+    from forkgym.agents.models import init_model
+
+    from .report import write_report
+
+    hf_logging.disable_progress_bar()  # one bar per checkpoint save otherwise
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = {name: resolve_method(name) for name in methods} if methods else None
+    record = {
+        "preset": dataclasses.asdict(preset),
+        "methods": sorted(chosen) if chosen else None,
+        "seeds": list(seeds) if seeds else None,
+    }
+    manifest = out / "bench.json"
+    if manifest.exists():
+        previous = json.loads(manifest.read_text())
+        if previous != json.loads(json.dumps(record)):
+            raise ValueError(
+                f"{out} holds a different benchmark ({previous['preset']['name']}, methods "
+                f"{previous['methods']}, seeds {previous['seeds']}); use another --out"
+            )
+    _write_json(manifest, record)
+    base = out / "base-model"
+    if not (base / "config.json").exists():
+        init_model(base)
+    for regime in preset.regimes:
+        log(f"regime {regime.name}: {regime.about}")
+        warm = warm_start(out, regime, preset, base, log)
+        log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
+        names = list(chosen) if chosen else list(regime.methods)
+        for name in names:
+            method = chosen[name] if chosen and name in chosen else resolve_method(name)
+            if method.needs_group and regime.k < 2:
+                log(f"  skip {name}: it compares the K responses of a prompt and K = 1 here")
+                continue
+            if method.kind == "trl" and not _have_trl():
+                log(f"  skip {name}: TRL is not installed (pip install -e .[bench])")
+                continue
+            if method.kind == "trl" and _max_turns(regime) > 1:
+                log(f"  skip {name}: its reward grades one completion; {regime.env} is multi-turn")
+                continue
+
+            one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
+            choice = tune(out, regime, preset, method, one_run, log)["choice"]
+            tuned_regime, tuned_method = apply(regime, method, choice)
+            for seed in seeds or preset.seeds:
+                folder = run_dir(out, regime, name, seed)
+                if (folder / "done.json").exists():
+                    continue
+                log(f"  {name} seed {seed} ({label(choice)})")
+                t0 = time.perf_counter()
+                one_run(tuned_regime, tuned_method, seed, folder)
+                _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0, "setting": choice})  # fmt: skip
+        first_seed = min(seeds or preset.seeds)
+        if regime.ceiling_prompts and "ppo" in names:
+            first = run_dir(out, regime, "ppo", first_seed)
+            measure_ceilings(out, regime, warm["model"], first, log, stride=regime.ceiling_stride)
+        if regime.vine_error_prompts and "vine" in names:
+            vine = resolve_method("vine").overrides["algorithm_kwargs"]
+            measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
+    return write_report(out, preset, log=log, command=command)
+
+
+def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset: Preset, model: str, log: Log) -> None:  # fmt: skip
+    """One run of ``method`` from the warm start ``model``, whatever its kind."""
+    if method.kind == "sft":
+        run_sft(regime, preset, seed, model, folder, log)
+    elif method.kind == "trl":
+        from .trl_run import run_trl
+
+        run_trl(regime, preset, seed, model, folder)
+    else:
+        run_rl(regime, preset, method, seed, model, folder, log)
+
+
+def _max_turns(regime: Regime) -> int:
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    env = gym.make(regime.env, **regime.env_kwargs)
+    try:
+        return int(getattr(env.unwrapped, "max_turns", 1))
+    finally:
+        env.close()
+
+
+def _have_trl() -> bool:
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,93 @@
+"""The benchmark end to end on the smoke preset: report, budget, and resuming a stopped run."""
+
+import json
+
+import pytest
+
+from forkgym.agents.run.runlog import read_metrics
+from forkgym.agents.run.trainer import Trainer
+from forkgym.bench import PRESETS, run_bench
+from forkgym.bench.report import check_report
+
+pytestmark = pytest.mark.slow
+METHODS = ["rloo", "ppo", "sft"]
+TIMING = ("time/", "tokens_per_s", "group_span_s_mean", "barrier_idle_s")
+
+
+def _comparable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+def test_an_interrupted_benchmark_resumes_to_the_same_runs_and_report(tmp_path, monkeypatch):
+    preset = PRESETS["smoke"]
+    whole = tmp_path / "whole"
+    run_bench(preset, whole, methods=METHODS, log=lambda _: None)
+    assert check_report(whole, preset, METHODS) == []
+    report = (whole / "report.md").read_text()
+    for column in ("sampled / accepted", "trained on", "budget kept", "explained variance"):
+        assert column in report
+
+    # stop the ppo seed-0 run at its 4th step (after the step-2 checkpoint), as a kill would
+    calls = {"n": 0}
+    original = Trainer.train_step
+
+    def dying(self):
+        if self.config.algorithm == "ppo" and self.config.seed == 0:
+            calls["n"] += 1
+            if calls["n"] == 4:
+                raise KeyboardInterrupt
+        return original(self)
+
+    part = tmp_path / "part"
+    monkeypatch.setattr(Trainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(preset, part, methods=METHODS, log=lambda _: None)
+    monkeypatch.setattr(Trainer, "train_step", original)
+    ppo = part / "arithmetic-k4" / "ppo-seed0"
+    assert not (ppo / "done.json").exists() and (ppo / "checkpoints").exists()
+    assert (part / "arithmetic-k4" / "rloo-seed1" / "done.json").exists()  # kept, not rerun
+    lines = []
+    run_bench(preset, part, methods=METHODS, log=lines.append)
+    assert any("resuming ppo-seed0 at step 2" in line for line in lines)
+    assert not any("rloo seed" in line for line in lines)
+    for run in ("ppo-seed0", "rloo-seed0", "ppo-seed1"):
+        a = read_metrics(whole / "arithmetic-k4" / run)
+        b = read_metrics(part / "arithmetic-k4" / run)
+        assert _comparable(a) == _comparable(b)
+    assert check_report(part, preset, METHODS) == []
+
+
+def test_a_folder_holding_another_benchmark_is_refused(tmp_path):
+    (tmp_path / "bench.json").write_text(json.dumps({"preset": {"name": "quick"}, "methods": None, "seeds": None}))  # fmt: skip
+    with pytest.raises(ValueError, match="holds a different benchmark"):
+        run_bench(PRESETS["smoke"], tmp_path, log=lambda _: None)
+
+
+def test_the_boundary_machinery_on_two_regimes_sharing_a_warm_start(tmp_path):
+    """The boundary preset's parts at a toy scale: two regimes of one task share one warm
+    start, Vine's continuations are counted in its budget, the ceiling on a multi-turn env,
+    Vine's value error and the crossover plot are in the report, which passes the check."""
+    from dataclasses import replace
+
+    from forkgym.bench.presets import narrow
+
+    small = dict(budget_tokens=1_500, warm_accuracy=None, warm_max_tokens=20_000, prompts_per_step=2)  # fmt: skip
+    methods = ("rloo", "ppo", "vine")
+    preset = narrow(PRESETS["boundary"], ["steps2-k8", "steps2-k1"])
+    regimes = tuple(
+        replace(r, **small, k=min(r.k, 2), methods=methods, ceiling_prompts=2 if r.k == 1 else 0,
+                vine_error_prompts=2 if r.k == 1 else 0)
+        for r in preset.regimes
+    )  # fmt: skip
+    preset = replace(preset, regimes=regimes, seeds=(0, 1), eval_episodes=4)
+    out = tmp_path / "b"
+    run_bench(preset, out, log=lambda _: None)
+    assert check_report(out, preset) == []
+    assert not (out / "steps2-k1" / "warm").exists()  # the K = 8 regime's warm start
+    vine = read_metrics(out / "steps2-k1" / "vine-seed0")
+    assert sum(r["tokens_generated_values"] for r in vine) > 0
+    report = (out / "report.md").read_text()
+    assert "plots/crossover.png" in report and (out / "plots" / "crossover.png").exists()
+    assert "Vine's values against a reference" in report
+    assert "value continuations" in report
+    assert json.loads((out / "steps2-k1" / "ceiling.json").read_text())["stride"] == 8
