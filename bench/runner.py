@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.seeds import child_seed
 
 from .ceiling import measure_ceilings
 from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
@@ -183,7 +184,7 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
         regime.env,
         tokens=regime.budget_tokens,
         out=folder / "model",
-        seed=1_000 + seed,
+        seed=child_seed(seed, "sft-baseline"),
         # matched to the RL methods: their learning rate, no warm-up, and as many responses a
         # step as an RL step trains on (K x prompts)
         lr=regime.lr,

@@ -22,8 +22,8 @@ import statistics
 import sys
 import time
 
-from forkgym.envs.isolation import available
 from forkgym.envs.sandbox import SandboxLimits, containment, run_python
+from forkgym.envs.sandbox.isolation import available
 
 PROGRAMS = {
     "print(6 * 7)": "print(6 * 7)",

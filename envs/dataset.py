@@ -18,98 +18,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from forkgym.verifiers.extract import boxed_spans, last_boxed
-
-from .math_env import ANSWER_INSTRUCTION, MathEnv
+from .dataset_sources import DatasetRows, build_task, is_datasets_source, open_rows
+from .math_env import MathEnv
 from .task import Task
-
-if TYPE_CHECKING:
-    from .dataset_sources import DatasetRows
 
 __all__ = ["BUNDLED", "MathDatasetEnv", "load_rows"]
 
 BUNDLED = {"gsm8k-sample": "gsm8k_sample.jsonl", "math-sample": "math_sample.jsonl"}
-_CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's inline calculator notes
-# A comma between two numbers that is neither a thousands separator (1,234) nor after a 0
-# (0,5): in a math dataset's answer it separates solutions (MATH's "-2,1"), while the verifier
-# reads such plain text as a decimal comma, as math-verify does. Such answers are stored in
-# math delimiters, where it is a list.
-_SOLUTION_LIST = re.compile(r"[+-]?[1-9]\d*,\d+", re.ASCII)
-_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+", re.ASCII)
-
-
-def _as_math(answer: str) -> str:
-    """``-2,1`` -> ``$-2,1$`` (a list of solutions, see above); any other answer unchanged."""
-    if _SOLUTION_LIST.fullmatch(answer) and not _THOUSANDS.fullmatch(answer):
-        return f"${answer}$"
-    return answer
-
-
-def _resolve(path: str) -> tuple[str, bytes]:
-    if path in BUNDLED:
-        return path, (files("forkgym.envs") / "data" / BUNDLED[path]).read_bytes()
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"dataset {path!r} is neither a file nor one of {sorted(BUNDLED)}")
-    return file.stem, file.read_bytes()
-
-
-def build_task(
-    name: str,
-    where: str,
-    row_id: Any,
-    text: Any,
-    answer_value: Any,
-    worked: Any,
-    *,
-    family: str,
-    difficulty: Any,
-    labels: tuple[str, str, str] = ("'question' or 'problem'", "'answer'", "'solution'"),
-) -> Task:
-    """A validated task from one row's question, answer and solution (``labels`` name them in
-    errors).
-
-    Shared by JSONL and ``datasets`` rows so one row means the same task in any format: a
-    solution's last ``\\boxed{}`` wins, then a GSM8K ``####`` answer, then a bare answer.
-    """
-    text_name, answer_name, solution_name = labels
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{where}: needs a non-empty {text_name}")
-    gold = None
-    if isinstance(worked, str):
-        gold = worked
-        boxes = [worked[a:b].strip() for a, b in boxed_spans(worked)]
-        # several boxes are one list answer, graded together (MathVerifier multi_box)
-        final = (
-            last_boxed(worked) if len(boxes) < 2 else ", ".join(f"\\boxed{{{b}}}" for b in boxes)
-        )
-        if not final:
-            raise ValueError(f"{where}: {solution_name} has no \\boxed{{}} final answer")
-    elif isinstance(answer_value, str) and "####" in answer_value:
-        reasoning, _, final = answer_value.rpartition("####")
-        final = final.strip()
-        reasoning = _CALC_ANNOTATION.sub("", reasoning).strip()
-        gold = f"{reasoning}\nThe answer is $\\boxed{{{final}}}$."
-    elif isinstance(answer_value, (str, int, float)) and str(answer_value).strip():
-        final = str(answer_value).strip()
-    else:
-        raise ValueError(f"{where}: needs an {answer_name} or a {solution_name}")
-    return Task(
-        task_id=f"{name}:{row_id}",
-        prompt=f"{text.strip()}\n\n{ANSWER_INSTRUCTION}",
-        answer=_as_math(final),
-        family=family,
-        difficulty=difficulty,
-        solution=gold,
-    )
 
 
 def _row_to_task(name: str, lineno: int, row: Any) -> Task:
@@ -126,6 +48,15 @@ def _row_to_task(name: str, lineno: int, row: Any) -> Task:
         family="gsm8k" if "question" in row else "math",
         difficulty=row.get("level", row.get("difficulty", 0)),
     )
+
+
+def _resolve(path: str) -> tuple[str, bytes]:
+    if path in BUNDLED:
+        return path, (files("forkgym.envs") / "data" / BUNDLED[path]).read_bytes()
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"dataset {path!r} is neither a file nor one of {sorted(BUNDLED)}")
+    return file.stem, file.read_bytes()
 
 
 def load_rows(path: str) -> tuple[str, str, dict[str, Task]]:
@@ -186,8 +117,6 @@ class MathDatasetEnv(MathEnv):
         self.tasks: dict[str, Task] | None = None  # every task, for a JSONL file only
         self._rows: DatasetRows | None = None  # the lazily read rows of a datasets source
         self._drawn: Task | None = None  # the task sample_task_id just read, for task_from_id
-        from .dataset_sources import is_datasets_source, open_rows  # imports no datasets yet
-
         if path not in BUNDLED and (options or is_datasets_source(path)):
             self._rows = open_rows(path, **options)
             self.dataset, sha256 = self._rows.name, self._rows.sha256

@@ -21,10 +21,78 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .dataset import build_task
+from forkgym.verifiers.extract import boxed_spans, last_boxed
+
+from .math_env import ANSWER_INSTRUCTION
 from .task import Task
 
-__all__ = ["AUTO_COLUMNS", "DatasetRows", "is_datasets_source", "open_rows"]
+__all__ = ["AUTO_COLUMNS", "DatasetRows", "build_task", "is_datasets_source", "open_rows"]
+
+_CALC_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's inline calculator notes
+# A comma between two numbers that is neither a thousands separator (1,234) nor after a 0
+# (0,5): in a math dataset's answer it separates solutions (MATH's "-2,1"), while the verifier
+# reads such plain text as a decimal comma, as math-verify does. Such answers are stored in
+# math delimiters, where it is a list.
+_SOLUTION_LIST = re.compile(r"[+-]?[1-9]\d*,\d+", re.ASCII)
+_THOUSANDS = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+", re.ASCII)
+
+
+def _as_math(answer: str) -> str:
+    """``-2,1`` -> ``$-2,1$`` (a list of solutions, see above); any other answer unchanged."""
+    if _SOLUTION_LIST.fullmatch(answer) and not _THOUSANDS.fullmatch(answer):
+        return f"${answer}$"
+    return answer
+
+
+def build_task(
+    name: str,
+    where: str,
+    row_id: Any,
+    text: Any,
+    answer_value: Any,
+    worked: Any,
+    *,
+    family: str,
+    difficulty: Any,
+    labels: tuple[str, str, str] = ("'question' or 'problem'", "'answer'", "'solution'"),
+) -> Task:
+    """A validated task from one row's question, answer and solution (``labels`` name them in
+    errors).
+
+    Shared by JSONL and ``datasets`` rows so one row means the same task in any format: a
+    solution's last ``\\boxed{}`` wins, then a GSM8K ``####`` answer, then a bare answer.
+    """
+    text_name, answer_name, solution_name = labels
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{where}: needs a non-empty {text_name}")
+    gold = None
+    if isinstance(worked, str):
+        gold = worked
+        boxes = [worked[a:b].strip() for a, b in boxed_spans(worked)]
+        # several boxes are one list answer, graded together (MathVerifier multi_box)
+        final = (
+            last_boxed(worked) if len(boxes) < 2 else ", ".join(f"\\boxed{{{b}}}" for b in boxes)
+        )
+        if not final:
+            raise ValueError(f"{where}: {solution_name} has no \\boxed{{}} final answer")
+    elif isinstance(answer_value, str) and "####" in answer_value:
+        reasoning, _, final = answer_value.rpartition("####")
+        final = final.strip()
+        reasoning = _CALC_ANNOTATION.sub("", reasoning).strip()
+        gold = f"{reasoning}\nThe answer is $\\boxed{{{final}}}$."
+    elif isinstance(answer_value, (str, int, float)) and str(answer_value).strip():
+        final = str(answer_value).strip()
+    else:
+        raise ValueError(f"{where}: needs an {answer_name} or a {solution_name}")
+    return Task(
+        task_id=f"{name}:{row_id}",
+        prompt=f"{text.strip()}\n\n{ANSWER_INSTRUCTION}",
+        answer=_as_math(final),
+        family=family,
+        difficulty=difficulty,
+        solution=gold,
+    )
+
 
 # Roles a column can play, with the names auto-detection tries in order.
 AUTO_COLUMNS: dict[str, tuple[str, ...]] = {

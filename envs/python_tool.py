@@ -1,7 +1,7 @@
 """``forkgym/PythonTool-v0``: computational problems solved with a sandboxed Python tool.
 
 Each call runs in a fresh, limited process (:mod:`forkgym.envs.sandbox`) inside the operating
-system's walls (:mod:`forkgym.envs.isolation`: bubblewrap namespaces, a uid of the call's
+system's walls (:mod:`forkgym.envs.sandbox.isolation`: bubblewrap namespaces, a uid of the call's
 own, seccomp): standard library only, no network, CPU/wall-clock limits, and memory,
 processes and scratch space bounded for the call as a whole (a cgroup per call; where none is
 writable, rlimits dividing the same budget: ``info["sandbox"]`` says which), a scratch tmpfs
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from . import isolation as iso
 from .base import Turn
-from .remote_sandbox import run_remote
 from .sandbox import SandboxLimits, containment, run_python
+from .sandbox import isolation as iso
+from .sandbox.remote import run_remote
 from .task import Task
 from .tool_env import ToolEnv, ToolResult, tool
 
@@ -113,7 +113,7 @@ class PythonToolEnv(ToolEnv):
         """``isolation``: ``auto``/``bwrap`` (the OS sandbox; ``SandboxUnavailable`` with the
         install step where this machine has none) or ``unsafe-local`` (no OS walls).
         ``sandbox_url``: run the code on a remote service with SandboxFusion's ``/run_code``
-        instead (:mod:`forkgym.envs.remote_sandbox`); nothing then runs here."""
+        instead (:mod:`forkgym.envs.sandbox.remote`); nothing then runs here."""
         self.sandbox_url = sandbox_url
         self.isolation = "remote" if sandbox_url else iso.resolve(isolation)
         if self.isolation == "bwrap":

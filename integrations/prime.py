@@ -48,6 +48,7 @@ from pydantic import Field
 import forkgym.envs  # noqa: F401  (registers the forkgym/ ids with Gymnasium)
 import forkgym.verifiers as _forkgym_verifiers
 from forkgym.envs import TextEnv
+from forkgym.keys import reset_seeds
 from forkgym.verifiers import Status
 
 __all__ = [
@@ -309,12 +310,12 @@ class ForkgymTaskset(vf.Taskset[ForkgymTask, ForkgymTasksetConfig]):
     def load(self) -> Iterator[ForkgymTask]:
         config = self.config
         if config.split == "train":
-            first, count = config.seed, config.num_train
+            seeds = reset_seeds(config.seed, 0, config.num_train)
         else:
-            first, count = config.seed + config.num_train, config.num_eval
+            seeds = reset_seeds(config.seed, config.num_train, config.num_eval)
         env: TextEnv = gym.make(config.env, **config.env_kwargs)  # type: ignore[assignment]
         try:
-            for seed in range(first, first + count):
+            for seed in seeds:
                 obs, info = env.reset(seed=seed)
                 system, prompt = _system_and_prompt(obs["messages"])
                 yield ForkgymTask(

@@ -40,9 +40,10 @@ from typing import Any
 import torch
 
 from forkgym.agents.generation.backends.policy import Generation, GenerationRequest, Policy
-from forkgym.agents.generation.backends.registry import BACKENDS, build_policy
+from forkgym.agents.generation.backends.registry import BACKENDS, Backend, build_policy
 from forkgym.agents.generation.engine_pool import EnginePool
 from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.seeds import engine_seed
 
 try:
     import ray
@@ -120,7 +121,7 @@ class GenerationWorker:
         return self.policy.weight_version
 
 
-class RayPolicy:
+class RayPolicy(Policy):
     """The learner's side of one :class:`GenerationWorker` (found by its actor name)."""
 
     def __init__(self, worker: str) -> None:
@@ -153,21 +154,26 @@ class RayPolicy:
 
 
 @BACKENDS.register("ray")
-def _ray_backend(
-    model: torch.nn.Module | None,
-    tokenizer: Any,
-    *,
-    device: str,
-    seed: int,
-    workers: Sequence[str] = (),
-) -> Policy:
-    """The ``ray`` backend: the named :class:`GenerationWorker` actors (several: a pool)."""
-    if not workers:
-        raise ValueError("the ray backend needs the names of its generation workers (workers=)")
-    if not ray.is_initialized():
-        ray.init(address="auto", namespace=NAMESPACE)
-    engines = [RayPolicy(name) for name in workers]
-    return engines[0] if len(engines) == 1 else EnginePool(engines, seed=seed)
+class RayBackend(Backend):
+    """The ``ray`` backend: the named :class:`GenerationWorker` actors (several: a pool), each
+    with weights of its own."""
+
+    @classmethod
+    def build(
+        cls,
+        model: torch.nn.Module | None,
+        tokenizer: Any,
+        *,
+        device: str,
+        seed: int,
+        workers: Sequence[str] = (),
+    ) -> Policy:
+        if not workers:
+            raise ValueError("the ray backend needs the names of its generation workers (workers=)")  # fmt: skip
+        if not ray.is_initialized():
+            ray.init(address="auto", namespace=NAMESPACE)
+        engines = [RayPolicy(name) for name in workers]
+        return engines[0] if len(engines) == 1 else EnginePool(engines, seed=seed)
 
 
 @dataclass
@@ -295,7 +301,7 @@ def launch(
                     inner,
                     options,
                     config.device,
-                    config.seed + i,
+                    engine_seed(config.seed, i),
                     config.threads,
                 )
             )

@@ -1,5 +1,5 @@
 """``forkgym sandbox serve``: the Python tool's OS sandbox as an HTTP service with
-SandboxFusion's ``/run_code`` shape (:mod:`forkgym.envs.remote_sandbox` is the client).
+SandboxFusion's ``/run_code`` shape (:mod:`forkgym.envs.sandbox.remote` is the client).
 
 Each request runs in a fresh sandbox (:func:`forkgym.envs.sandbox.run_python`), at most
 ``concurrency`` at a time (the rest wait their turn); limits come from the request, capped by
@@ -33,7 +33,7 @@ class RunCode(BaseModel):
 def create_sandbox_app(
     limits: SandboxLimits | None = None, concurrency: int = 2, isolation: str = "auto"
 ) -> FastAPI:
-    from forkgym.envs import isolation as iso
+    from forkgym.envs.sandbox import isolation as iso
 
     limits = limits or SandboxLimits()
     mode = iso.resolve(isolation)  # refuse to start where the machine cannot isolate

@@ -19,7 +19,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     the reason, except where ``FORKGYM_REQUIRE_SANDBOX=1`` (CI sets it) makes that a failure."""
     if item.get_closest_marker("sandbox") is None:
         return
-    from forkgym.envs.isolation import available
+    from forkgym.envs.sandbox.isolation import available
 
     problem = available()
     if problem is None:

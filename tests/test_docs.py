@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("agents", "benchmarks", "configs", "docs", "envs", "experiments", "integrations", "services", "src", "store", "tests", "verifiers")  # fmt: skip
+TOP = ("agents", "bench", "benchmarks", "configs", "docs", "envs", "experiments", "integrations", "services", "src", "store", "tests", "verifiers")  # fmt: skip
 # a repository path: a top-level folder, then path characters, ending in a file name or a '/'
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP) + r")/[\w./-]*[\w/])")
 MARKDOWN = re.compile(r"(?<![\w./-])([\w./-]+\.md)\b")
@@ -56,3 +56,24 @@ def test_the_readme_examples_run():
         namespace: dict = {}
         exec(compile(code[0], f"README.md {heading}", "exec"), namespace)
     assert namespace["info"]["status"] == "correct" and namespace["branch"] is not None
+
+
+def _first_column(page: str, header: str) -> set[str]:
+    """The backquoted names in the first column of the table whose header row starts with
+    ``header`` on ``page`` (docs/...)."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    names = set()
+    for line in lines[start + 2 :]:  # past the header and the |---| row
+        if not line.startswith("|"):
+            break
+        names.update(re.findall(r"^\| `(\w+)`", line))
+    return names
+
+
+def test_the_training_page_lists_every_registered_loss_and_estimator():
+    from forkgym.agents import ESTIMATORS, LOSSES
+
+    assert {"cispo", "reinforce_pp"} <= set(LOSSES) | set(ESTIMATORS)  # premise
+    assert _first_column("docs/training.md", "| `loss` | per-token term") == set(LOSSES)
+    assert _first_column("docs/training.md", "| `estimator` | advantage") == set(ESTIMATORS)

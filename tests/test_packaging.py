@@ -36,7 +36,7 @@ def test_wheel_holds_only_the_forkgym_package(wheel):
     assert "forkgym/verifiers/data/sample_answers.jsonl" in names
     assert (
         "forkgym/envs/data/gsm8k_sample.jsonl" in names
-        and "forkgym/envs/sandbox_runner.py" in names
+        and "forkgym/envs/sandbox/runner.py" in names
     )
     assert "forkgym/cli/__init__.py" in names
     for sub in SUBPACKAGES:  # every nested package of a sub-package ships too

@@ -33,22 +33,20 @@ def build_algorithm(config: TrainConfig, model: torch.nn.Module) -> Algorithm:
 
 
 @ALGORITHMS.register("critic_free")
-class CriticFree:
+class CriticFree(Algorithm):
     """A registered estimator over the ``[P, K]`` rewards; one advantage per response.
 
     Its options are the estimator's (``estimator_kwargs``); it takes no others.
     """
 
-    token_advantages = False
-
     @classmethod
-    def check(cls, config: TrainConfig) -> list[str]:
+    def check_options(cls, config: TrainConfig) -> list[str]:
         """The estimator's needs and options against the config."""
         factory = ESTIMATORS.get(config.estimator)
         if factory is None:
             return []  # an unknown name is reported with the other names
         problems = []
-        if getattr(factory, "needs_group", False) and config.k < 2:
+        if factory.needs_group and config.k < 2:
             problems.append(
                 f"estimator {config.estimator!r} compares rollouts of a task and needs k >= 2"
             )
@@ -56,7 +54,7 @@ class CriticFree:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None) -> None:
         self.estimator = get_estimator(config.estimator, **config.estimator_kwargs)
-        self.needs_greedy = bool(getattr(self.estimator, "needs_greedy", False))
+        self.needs_greedy = self.estimator.needs_greedy
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
         greedy = {}
@@ -66,13 +64,9 @@ class CriticFree:
         rows = grid.reshape(-1)[tokens.index].to(torch.float32)
         return Advantages(rows, grid, {f"est/{k}": v for k, v in stats.items()})
 
-    def update(self, tokens: TokenBatch, step: int) -> dict[str, float]:
-        return {}
-
     def state_dict(self) -> dict[str, Any]:
-        state = getattr(self.estimator, "state_dict", None)
-        return {"estimator": state() if state is not None else None}
+        return {"estimator": self.estimator.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("estimator") is not None and hasattr(self.estimator, "load_state_dict"):
+        if state.get("estimator") is not None:
             self.estimator.load_state_dict(state["estimator"])

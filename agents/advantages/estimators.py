@@ -54,19 +54,6 @@ __all__ = [
 
 Stats = dict[str, float]
 
-ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("estimator", name_attribute="name")
-
-
-def register_estimator(name: str) -> Callable[[type], type]:
-    """Class decorator: ``get_estimator(name, **config)`` builds ``cls(**config)``."""
-    return ESTIMATORS.register(name)
-
-
-def get_estimator(name: str, **config: Any) -> Estimator:
-    """Build the estimator registered as ``name`` with its keyword configuration."""
-    return ESTIMATORS.build(name, **config)
-
-
 # --------------------------------------------------------------------------------------------
 # Shared group statistics (float64, invalid entries excluded)
 
@@ -259,8 +246,29 @@ class Estimator:
         stats (0-d tensors or floats)."""
         raise NotImplementedError
 
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of it: None for an estimator that keeps nothing across
+        batches (a running baseline keeps its value)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+ESTIMATORS: Registry[type[Estimator]] = Registry("estimator", name_attribute="name", base=Estimator)
+
+
+def register_estimator(name: str) -> Callable[[type], type]:
+    """Class decorator: ``get_estimator(name, **config)`` builds ``cls(**config)``."""
+    return ESTIMATORS.register(name)
+
+
+def get_estimator(name: str, **config: Any) -> Estimator:
+    """Build the estimator registered as ``name`` with its keyword configuration."""
+    return ESTIMATORS.build(name, **config)
 
 
 def _batch_mean(g: GroupRewards) -> tuple[torch.Tensor, torch.Tensor]:
@@ -452,3 +460,55 @@ class GRPOBatchStd(_StdScaled):
         scale = torch.where(ok, std, 1.0)
         adv = torch.where(g.signal[:, None] & ok, (g.r - g.mean[:, None]) / scale, 0.0)
         return adv, {"batch_std": std, "batch_std_below_eps": (~ok).to(torch.float64)}
+
+
+def _batch_normalised(
+    g: GroupRewards, dev: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``dev`` over the valid entries, centred by its batch mean and divided by its batch
+    population std (0 everywhere when that std is ``<= eps``)."""
+    count = g.n.sum()
+    dev = torch.where(g.valid, dev, 0.0)
+    mean = dev.sum() / count.clamp(min=1.0)
+    centred = torch.where(g.valid, dev - mean, 0.0)
+    std = (centred.square().sum() / count.clamp(min=1.0)).sqrt()
+    ok = std > eps
+    adv = torch.where(ok, centred / torch.where(ok, std, 1.0), 0.0)
+    return adv, {"batch_std": std, "batch_std_below_eps": (~ok).to(torch.float64)}
+
+
+@register_estimator("reinforce_pp")
+class ReinforcePP(_StdScaled):
+    """REINFORCE++ (Hu et al. 2025, arXiv:2501.03262): A = (R - batch mean) / batch std.
+
+    Global advantage normalisation, no per-prompt baseline: every valid response of the batch
+    enters one mean and one population std. Its token-level KL penalty in the reward is
+    ``kl_in_reward: true`` here; with an outcome reward and no discount, the return of every
+    token is the response's R, so the advantage is per response. Batch std ``<= eps`` gives 0
+    everywhere (``batch_std_below_eps``).
+    """
+
+    needs_group = False
+    batch_wide = True
+
+    def compute(self, g):
+        return _batch_normalised(g, g.r, self.eps)
+
+
+@register_estimator("reinforce_pp_baseline")
+class ReinforcePPBaseline(_StdScaled):
+    """REINFORCE++-baseline (arXiv:2501.03262): A' = R - group mean, then
+    A = (A' - batch mean of A') / batch std of A'.
+
+    Not ``grpo_batch_std``, which divides by the std of the raw rewards: here the scale is the
+    spread left after each prompt's mean is removed, so easy and hard prompts do not inflate
+    it. All-equal and under-filled groups get exact zeros (their A' is 0, and they count in
+    the batch statistics as the paper's zeros do).
+    """
+
+    batch_wide = True
+
+    def compute(self, g):
+        dev = torch.where(g.signal[:, None], g.r - g.mean[:, None], 0.0)
+        adv, stats = _batch_normalised(g, dev, self.eps)
+        return torch.where(g.signal[:, None], adv, 0.0), stats

@@ -51,7 +51,7 @@ from ..learner.prefix_sharing import cache_argument, plan_prefixes, scatter_to_r
 from ..learner.schedules import lr_factor_at
 from ..run.config import TrainConfig
 from ..seeds import shuffle_key
-from .base import ALGORITHMS, Advantages, options_problems
+from .base import ALGORITHMS, Advantages, Algorithm, options_problems
 from .critic import (
     clipped_value_loss,
     explained_variance,
@@ -206,10 +206,9 @@ class PPOOptions:
 
 
 @ALGORITHMS.register("ppo")
-class PPO:
+class PPO(Algorithm):
     """A learned critic: GAE advantages per action token, a clipped value loss."""
 
-    needs_greedy = False
     token_advantages = True  # the loss must take [N, T] advantages
     owns_model = True  # the value model (a copy of the trunk, or a head on it)
 
@@ -236,7 +235,7 @@ class PPO:
         return step >= self.options.value_warmup_steps
 
     @classmethod
-    def check(cls, config: TrainConfig, **options: Any) -> list[str]:
+    def check_options(cls, config: TrainConfig, **options: Any) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
         return options_problems(PPOOptions, options, config)
 

@@ -22,7 +22,7 @@ import torch
 
 from ..batch import RolloutBatch, TokenBatch
 from ..run.config import TrainConfig
-from .base import ALGORITHMS, Advantages, OwnsNothing, options_problems
+from .base import ALGORITHMS, Advantages, Algorithm, options_problems
 
 __all__ = ["RAFT", "RAFTOptions"]
 
@@ -49,11 +49,8 @@ def accepted(
 
 
 @ALGORITHMS.register("raft")
-class RAFT(OwnsNothing):
+class RAFT(Algorithm):
     """Keep the verified-correct responses; a supervised step on them."""
-
-    needs_greedy = False
-    token_advantages = False
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None, **options: Any) -> None:  # fmt: skip
         self.options = RAFTOptions(**options)
@@ -62,7 +59,7 @@ class RAFT(OwnsNothing):
             raise ValueError("; ".join(problems))
 
     @classmethod
-    def check(cls, config: TrainConfig, **options: Any) -> list[str]:
+    def check_options(cls, config: TrainConfig, **options: Any) -> list[str]:
         return options_problems(RAFTOptions, options)
 
     def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:

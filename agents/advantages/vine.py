@@ -41,7 +41,7 @@ import torch
 from ..batch import RolloutBatch, TokenBatch
 from ..generation.fork_values import ForkValues
 from ..run.config import TrainConfig
-from .base import ALGORITHMS, Advantages, OwnsNothing, options_problems
+from .base import ALGORITHMS, Advantages, Algorithm, options_problems
 from .critic import explained_variance, group_centered_rows, whitened
 
 __all__ = ["Vine", "VineOptions", "segment_advantages"]
@@ -90,10 +90,9 @@ def segment_advantages(
 
 
 @ALGORITHMS.register("vine")
-class Vine(OwnsNothing):
+class Vine(Algorithm):
     """Segment advantages from Monte Carlo values of exact forks (see the module docstring)."""
 
-    needs_greedy = False
     token_advantages = True  # the loss must take [N, T] advantages
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None, **options: Any) -> None:  # fmt: skip
@@ -105,7 +104,7 @@ class Vine(OwnsNothing):
         self.fork_values = ForkValues(o.rollouts, o.chunk, o.lines)  # generation runs it
 
     @classmethod
-    def check(cls, config: TrainConfig, **options: Any) -> list[str]:
+    def check_options(cls, config: TrainConfig, **options: Any) -> list[str]:
         """What is wrong with these options for this config (nothing: ``[]``)."""
         return options_problems(VineOptions, options, config)
 

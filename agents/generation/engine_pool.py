@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..seeds import generator
 from .backends.policy import Generation, GenerationRequest, Policy, request_seeds
 
 __all__ = ["EnginePool", "split_evenly"]
@@ -43,14 +44,14 @@ def split_evenly(n: int, parts: int) -> list[range]:
     return out
 
 
-class EnginePool:
+class EnginePool(Policy):
     """N policies generating in parallel, seen as one."""
 
     def __init__(self, engines: Sequence[Policy], *, seed: int = 0) -> None:
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self.engines = list(engines)
-        self._seed_stream = torch.Generator().manual_seed(seed)
+        self._seed_stream = generator(seed)
         self._threads = ThreadPoolExecutor(len(self.engines), thread_name_prefix="engine")
 
     @classmethod
@@ -58,10 +59,8 @@ class EnginePool:
         """``count`` engines ``make(i)``, refused after the first when that kind cannot
         generate beside another in one process (it says so with ``concurrent = False``)."""
         first = make(0)
-        if not getattr(first, "concurrent", True):
-            close = getattr(first, "close", None)
-            if close is not None:
-                close()
+        if not first.concurrent:
+            first.close()
             raise ValueError(
                 f"generation_engines={count} needs engines that generate at the same time, and "
                 f"{type(first).__name__} here cannot (see its `concurrent`); use generation_engines=1"
@@ -109,14 +108,10 @@ class EnginePool:
 
     def offload(self) -> None:
         for engine in self.engines:
-            offload = getattr(engine, "offload", None)
-            if offload is not None:
-                offload()
+            engine.offload()
 
     def close(self) -> None:
         """Stop the threads, then shut every engine down."""
         self._threads.shutdown(wait=True)
         for engine in self.engines:
-            close = getattr(engine, "close", None)
-            if close is not None:
-                close()
+            engine.close()

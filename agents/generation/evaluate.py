@@ -11,7 +11,7 @@ from ..seeds import task_seeds
 from .backends.policy import Policy
 from .rollout import Rollouts
 
-__all__ = ["ProgressCallback", "evaluate"]
+__all__ = ["ProgressCallback", "evaluate", "evaluate_env"]
 
 # (what, tasks done, tasks in all): "pass@1" for the greedy pass, then "pass@k" if sampled
 ProgressCallback = Callable[[str, int, int], Any]
@@ -89,3 +89,20 @@ def evaluate(
         solved = sum(int(b.correct.any(1).sum()) for b in batches)
         out[f"eval_pass@{k}"] = solved / episodes
     return out
+
+
+def evaluate_env(
+    policy: Policy,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, float]:
+    """:func:`evaluate` on the registered environment ``env_id``, each episode a fresh
+    ``gym.make(env_id, **env_kwargs)``; ``options`` are :func:`evaluate`'s."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    kwargs = dict(env_kwargs or {})
+    return evaluate(policy, tokenizer, lambda: gym.make(env_id, **kwargs), **options)

@@ -66,8 +66,8 @@ def build_engines(config: TrainConfig, model: torch.nn.Module, tokenizer: Any) -
     weights), or a pool of ``generation_engines`` of them. One engine takes the run seed;
     a pool takes it in that engine's place (it seeds every request before handing it on, as
     one engine would) and its engines get keyed seeds (agents/seeds.py)."""
-    factory = BACKENDS.lookup(config.backend)
-    options = {key: getattr(config, key) for key in getattr(factory, "config_options", ())}
+    backend = BACKENDS.lookup(config.backend)
+    options = {key: getattr(config, key) for key in backend.config_options}
     options.update(config.backend_kwargs)
 
     def engine(seed: int) -> Policy:
@@ -130,6 +130,9 @@ class Generation:
             values=values,
         )
         self.episode_log: EpisodeLog | None = None
+        # batches generated ahead with older weights, handed out first (asynchronous; a
+        # checkpoint keeps them)
+        self.ahead: dict[int, Collected] = {}
 
     @property
     def max_episode_tokens(self) -> int:
@@ -178,9 +181,7 @@ class Generation:
 
     def offload(self) -> None:
         """A colocated engine frees its memory for the update."""
-        offload = getattr(self.policy, "offload", None)
-        if offload is not None:
-            offload()
+        self.policy.offload()
 
     def _log_episodes(self, batch: RolloutBatch, step: int, kept: torch.Tensor | None) -> None:
         if self.episode_log is not None:
@@ -230,9 +231,7 @@ class Generation:
         """Stop, then shut the engines down (a vLLM engine frees its memory; one in a process
         of its own ends)."""
         self.close()
-        close = getattr(self.policy, "close", None)
-        if close is not None:
-            close()
+        self.policy.close()
 
 
 class SynchronousGeneration(Generation):
@@ -256,7 +255,6 @@ class AsynchronousGeneration(Generation):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._prefetch: Prefetcher | None = None  # started by the first step
-        self.ahead: dict[int, Collected] = {}  # batches a checkpoint kept, handed out first
 
     @property
     def prefetch(self) -> Prefetcher | None:
@@ -290,10 +288,10 @@ class AsynchronousGeneration(Generation):
 
     def push(self, step: int, weights: Weights | None) -> dict[str, Any]:
         """Once the batches that must see the old weights are generated; the seconds waited
-        for them as ``async/sync_wait_s``."""
+        for them as ``async/push_wait_s``."""
         assert self._prefetch is not None, "push before the step's batch"
         out, waited = self._prefetch.finished(step, lambda: self._push(weights))
-        return {**out, "async/sync_wait_s": waited}
+        return {**out, "async/push_wait_s": waited}
 
     def engine(self) -> contextlib.AbstractContextManager[Any]:
         return self._prefetch.engine if self._prefetch is not None else contextlib.nullcontext()

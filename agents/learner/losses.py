@@ -36,14 +36,17 @@ Padding may hold anything (NaN, inf): masked positions are selected away with
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-import torch.distributed as dist
 
 from forkgym.registry import Registry
 
+from ..distributed import World
 from .reductions import REDUCTIONS, Normaliser, build_normaliser
+
+if TYPE_CHECKING:
+    from ..run.config import TrainConfig
 
 __all__ = [
     "KL_ESTIMATORS",
@@ -55,7 +58,6 @@ __all__ = [
     "register_loss",
 ]
 
-LOSSES: Registry[type[PolicyLoss]] = Registry("loss", name_attribute="name")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 Metrics = dict[str, float]
 
@@ -127,7 +129,7 @@ class PolicyLoss:
 
     name = "base"
     default_reduction = "token_mean"
-    token_advantages = True  # also accepts [B, T] advantages (a learned critic's GAE)
+    token_advantages: ClassVar[bool] = True  # also accepts [B, T] advantages (a critic's GAE)
 
     def __init__(
         self,
@@ -149,6 +151,26 @@ class PolicyLoss:
         self.max_episode_tokens = max_episode_tokens
         self.kl_coef = float(kl_coef)
         self.kl_estimator = kl_estimator
+
+    # keys of the training configuration in their own right, never ``loss_kwargs``
+    CONFIG_KEYS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_episode_tokens"})
+
+    @classmethod
+    def check(cls, config: TrainConfig) -> list[str]:
+        """What is wrong with ``config``'s ``loss_kwargs`` for this loss (``[]``: nothing)."""
+        options = config.loss_kwargs
+        if not isinstance(options, dict):
+            return [f"loss_kwargs must be a mapping, got {options!r}"]
+        if reserved := sorted(set(options) & cls.CONFIG_KEYS):
+            return [
+                f"loss_kwargs {reserved}: set them as config keys of their own "
+                "(reduction, kl_coef, kl_estimator; the token budget comes from max_new_tokens)"
+            ]
+        try:
+            cls(**options)
+        except (TypeError, ValueError) as exc:
+            return [f"loss_kwargs={options!r}: {exc}"]
+        return []
 
     # -- subclasses ---------------------------------------------------------------------------
 
@@ -249,7 +271,7 @@ class PolicyLoss:
 
     def _normaliser(self, normaliser: Normaliser | None, mask: torch.Tensor) -> Normaliser:
         if normaliser is None:
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            if World.current().size > 1:
                 raise ValueError(
                     "under data parallelism pass normaliser=build_normaliser(...), built once "
                     "per optimizer step over all micro-batches and ranks"
@@ -328,6 +350,9 @@ class PolicyLoss:
 
 # --------------------------------------------------------------------------------------------
 # Losses
+
+
+LOSSES: Registry[type[PolicyLoss]] = Registry("loss", name_attribute="name", base=PolicyLoss)
 
 
 @register_loss("vanilla_pg")

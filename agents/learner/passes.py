@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..batch import MicroBatch, TokenBatch
-from ..distributed import ranks
+from ..distributed import World
 from .reductions import Normaliser, build_normaliser
 
 __all__ = ["MetricMeans", "clip_and_step", "optimizer_steps", "sync_gradients"]
@@ -59,7 +59,7 @@ def sync_gradients(parameters: list[torch.nn.Parameter]) -> None:
     loss's gradient; every rank then clips the same norm and takes the same optimizer step.
     One flat all-reduce (a parameter without a gradient on some rank counts as zeros there).
     """
-    if ranks() == 1:
+    if World.current().size == 1:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
     flat = torch.cat([g.reshape(-1) for g in grads])

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..distributed import World
+
 __all__ = ["REDUCTIONS", "Normaliser", "build_normaliser", "reduce_tokens"]
 
 REDUCTIONS: tuple[str, ...] = ("seq_sum", "seq_mean_token_mean", "token_mean", "dr_grpo_constant")
@@ -155,15 +157,14 @@ def build_normaliser(
         seqs += int(torch.count_nonzero(b.any(1)))  # count_nonzero: bool .sum() is ~10x slower
         toks += int(torch.count_nonzero(b))
     if distributed is None:
-        distributed = dist.is_available() and dist.is_initialized()
+        distributed = World.current().size > 1
     world = 1
-    if distributed:
-        counts = torch.tensor([seqs, toks], dtype=torch.int64)
+    if distributed:  # one all-reduce: the counts, and 1 per rank (the group's size)
+        counts = torch.tensor([seqs, toks, 1], dtype=torch.int64)
         if dist.get_backend(group) == "nccl":
             counts = counts.cuda()
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
-        seqs, toks = (int(c) for c in counts.tolist())
-        world = dist.get_world_size(group)
+        seqs, toks, world = (int(c) for c in counts.tolist())
     return Normaliser(
         reduction=reduction,
         sequences=float(seqs),

@@ -10,7 +10,7 @@ how it is tested here). What the trainer relies on, and this module provides:
   FSDP's reduce-scatter is told to divide by 1;
 * **the same collectives on every rank**: every forward of a sharded model all-gathers each
   layer's weights, so every rank must run as many forwards (and backwards) as the others,
-  though ranks hold different numbers of rows. :func:`most_passes` agrees on the count and
+  though ranks hold different numbers of rows. ``World.most`` (agents/distributed.py) agrees on the count and
   :func:`idle_pass` runs one that contributes nothing;
 * **whole weights where a whole model is needed**: the generation engine, checkpoints and
   resumes see full tensors (:func:`full_state_dict`, :func:`load_full_state_dict`), and the
@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -40,7 +39,6 @@ __all__ = [
     "is_sharded",
     "load_full_state_dict",
     "load_optimizer_state",
-    "most_passes",
     "optimizer_state",
     "shard_model",
 ]
@@ -60,15 +58,6 @@ def shard_model(model: torch.nn.Module) -> None:
 
 def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
-
-
-def most_passes(count: int) -> int:
-    """The largest ``count`` over the ranks (this rank's when not distributed)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return count
-    t = torch.tensor([count], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
 
 
 def idle_pass(model: torch.nn.Module, *, backward: bool, device: str | torch.device) -> None:

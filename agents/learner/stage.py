@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..batch import MicroBatch, TokenBatch
-from ..distributed import World, ranks
+from ..distributed import World
 from ..generation.dapo import mask_truncated
 from ..run.config import TrainConfig
 from ..seeds import shuffle_key
@@ -45,7 +45,6 @@ from .sharding import (
     is_sharded,
     load_full_state_dict,
     load_optimizer_state,
-    most_passes,
     optimizer_state,
 )
 
@@ -74,11 +73,18 @@ class Learner:
     """Owns the training model's optimizer, loss and (with a KL term) the reference model."""
 
     def __init__(
-        self, model: torch.nn.Module, config: TrainConfig, *, max_episode_tokens: int
+        self,
+        model: torch.nn.Module,
+        config: TrainConfig,
+        *,
+        max_episode_tokens: int,
+        world: World | None = None,
     ) -> None:
-        """``max_episode_tokens``: the episode's generation budget (all turns), Dr. GRPO's constant."""
+        """``max_episode_tokens``: the episode's generation budget (all turns), Dr. GRPO's
+        constant. ``world``: the data-parallel ranks (by default, this process's group)."""
         self.model = model
         self.config = config
+        self.world = world if world is not None else World.current()
         self.loss_fn: PolicyLoss = get_loss(
             config.loss,
             reduction=config.reduction,
@@ -163,7 +169,7 @@ class Learner:
     def _idle_passes(self, passes: int) -> int:
         """Sharded: how many passes fewer than the busiest rank this rank will run (agreed
         before any of them, since the agreement is a collective of its own)."""
-        return most_passes(passes) - passes if self.sharded else 0
+        return self.world.most(passes) - passes if self.sharded else 0
 
     def _run_idle(self, count: int, *, backward: bool) -> None:
         for _ in range(count):
@@ -212,7 +218,7 @@ class Learner:
         if not train:
             return result
         if not len(tokens):
-            if ranks() > 1:
+            if self.world.size > 1:
                 # the other ranks would wait for this one's counts and gradients forever
                 raise RuntimeError(
                     "a data-parallel rank got no rows this step: give every rank a share"

@@ -18,7 +18,13 @@ from typing import Any
 
 import yaml
 
+from ..advantages.base import ALGORITHMS
+from ..advantages.estimators import ESTIMATORS
+from ..generation.backends.registry import BACKENDS
 from ..learner.drift import CORRECTIONS, is_band
+from ..learner.losses import KL_ESTIMATORS, LOSSES
+from ..learner.reductions import REDUCTIONS
+from ..learner.schedules import LR_SCHEDULES
 
 __all__ = [
     "SECTIONS",
@@ -28,10 +34,6 @@ __all__ = [
     "load_plugins",
     "option_problems",
 ]
-
-
-# set as config keys of their own, never through loss_kwargs
-_LOSS_FIELDS = frozenset({"reduction", "kl_coef", "kl_estimator", "max_episode_tokens"})
 
 
 class ConfigError(ValueError):
@@ -206,7 +208,9 @@ class TrainConfig:
     # -- the learner -------------------------------------------------------------------------
     loss: str = field(
         default="ppo_clip",
-        metadata=_learn("the token loss: `vanilla_pg`, `ppo_clip`, `gspo` or `sapo`"),
+        metadata=_learn(
+            "the token loss: a registered name (docs/training.md, Losses and reductions)"
+        ),
     )
     loss_kwargs: dict[str, Any] = field(
         default_factory=dict,
@@ -373,7 +377,20 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         problems = load_plugins(self.plugins)
-        for name, ok, why in (
+        for name, ok, why in (*self._sampling_rules(), *self._learning_rules(), *self._run_rules()):
+            if not ok:
+                problems.append(f"{name}={getattr(self, name)!r} {why}")
+        problems += self._named_parts()
+        if problems:
+            raise ConfigError("invalid training config: " + "; ".join(problems))
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.seq_mask_band = tuple(self.seq_mask_band)  # type: ignore[assignment]
+        self.geo_mask_band = tuple(self.geo_mask_band)  # type: ignore[assignment]
+
+    def _sampling_rules(self) -> list[tuple[str, bool, str]]:
+        """(field, holds, why not) of the steps, the groups, the sampler and its drift's
+        corrections."""
+        return [
             ("steps", self.steps >= 1, "must be >= 1"),
             ("prompts_per_step", self.prompts_per_step >= 1, "must be >= 1"),
             ("k", self.k >= 1, "must be >= 1"),
@@ -409,6 +426,12 @@ class TrainConfig:
                 is_band(self.geo_mask_band),
                 "must be [low, high] with low <= 1 <= high",
             ),
+        ]
+
+    def _learning_rules(self) -> list[tuple[str, bool, str]]:
+        """(field, holds, why not) of the token budget, the optimizer, the loss and the reward's
+        shaping."""
+        return [
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
             ("lr", self.lr > 0, "must be > 0"),
             ("warmup_steps", self.warmup_steps >= 0, "must be >= 0"),
@@ -450,6 +473,12 @@ class TrainConfig:
                 ),
                 "must be a non-empty increasing list of token counts (or null)",
             ),
+        ]
+
+    def _run_rules(self) -> list[tuple[str, bool, str]]:
+        """(field, holds, why not) of the engines, the ranks, staleness, evaluation and
+        checkpoints."""
+        return [
             ("generation_engines", self.generation_engines >= 1, "must be >= 1"),
             (
                 "data_parallel",
@@ -489,25 +518,11 @@ class TrainConfig:
             ),
             ("eval_k", self.eval_k >= 0, "must be >= 0 (0: greedy pass@1 only)"),
             ("checkpoint_every", self.checkpoint_every >= 0, "must be >= 0 (0: only at the end)"),
-        ):
-            if not ok:
-                problems.append(f"{name}={getattr(self, name)!r} {why}")
-        problems += self._named_parts()
-        if problems:
-            raise ConfigError("invalid training config: " + "; ".join(problems))
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        self.seq_mask_band = tuple(self.seq_mask_band)  # type: ignore[assignment]
-        self.geo_mask_band = tuple(self.geo_mask_band)  # type: ignore[assignment]
+        ]
 
     def _named_parts(self) -> list[str]:
-        """Registered names and their keyword options, checked by building each part once."""
-        from ..advantages.base import ALGORITHMS  # the package registers the built-in algorithms
-        from ..advantages.estimators import ESTIMATORS
-        from ..generation.backends.registry import BACKENDS, missing_requirement
-        from ..learner.losses import KL_ESTIMATORS, LOSSES
-        from ..learner.reductions import REDUCTIONS
-        from ..learner.schedules import LR_SCHEDULES
-
+        """Registered names, then each named part's own check of this configuration (its
+        options, and what it needs of the rest of the run)."""
         problems: list[str] = []
         for key, registry in (
             ("algorithm", ALGORITHMS),
@@ -523,50 +538,9 @@ class TrainConfig:
             problems.append(f"reduction={self.reduction!r} is not one of {REDUCTIONS} (or null)")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator={self.kl_estimator!r} is not one of {KL_ESTIMATORS}")
-        if self.loss in LOSSES:
-            reserved = sorted(set(self.loss_kwargs) & _LOSS_FIELDS) if isinstance(self.loss_kwargs, dict) else []  # fmt: skip
-            if reserved:
-                problems.append(
-                    f"loss_kwargs {reserved}: set them as config keys of their own "
-                    "(reduction, kl_coef, kl_estimator; the token budget comes from max_new_tokens)"
-                )
-            else:
-                problems += option_problems("loss_kwargs", LOSSES[self.loss], self.loss_kwargs)
-        if self.backend in BACKENDS and (missing := missing_requirement(self.backend)):
-            problems.append(missing)
-        if self.backend in BACKENDS and not getattr(BACKENDS[self.backend], "trainable", True):
-            problems.append(
-                f"backend={self.backend!r} serves a frozen policy (evaluation and rollouts): "
-                "it cannot take the trainer's weights"
-            )
-        needs_own = self.generation_engines > 1 or self.max_staleness > 0 or self.data_parallel == "shard"  # fmt: skip
-        if self.backend in BACKENDS and needs_own and not self.engines_have_own_weights:
-            problems.append(
-                "generation_engines > 1, max_staleness > 0 and data_parallel shard need engines "
-                "with weights of their own, not the trainer's module: set "
-                "backend_kwargs.share_model=false"
-            )
-        if self.backend in BACKENDS:
-            fixed = {"model": None, "tokenizer": None, "device": None, "seed": None}
-            problems += _accepts("backend_kwargs", BACKENDS[self.backend], self.backend_kwargs, **fixed)  # fmt: skip
-        if self.algorithm in ALGORITHMS:
-            algorithm = ALGORITHMS[self.algorithm]
-            accepted = _accepts("algorithm_kwargs", algorithm, self.algorithm_kwargs, config=None, model=None)  # fmt: skip
-            problems += accepted
-            check = getattr(algorithm, "check", None)
-            if check is not None and not accepted:  # the algorithm's own rules for its options
-                problems += check(self, **self.algorithm_kwargs)
-            if self.data_parallel == "shard" and getattr(algorithm, "owns_model", False):
-                problems.append(
-                    f"shard does not shard a second model yet: algorithm {self.algorithm!r} "
-                    "trains a model of its own (a critic) and needs data_parallel replicate"
-                )
-            per_token = getattr(algorithm, "token_advantages", False)
-            if per_token and self.loss in LOSSES and not LOSSES[self.loss].token_advantages:
-                problems.append(
-                    f"loss {self.loss!r} needs one advantage per response; algorithm "
-                    f"{self.algorithm!r} gives one per token (use ppo_clip, sapo or vanilla_pg)"
-                )
+        for registry, name in ((LOSSES, self.loss), (BACKENDS, self.backend), (ALGORITHMS, self.algorithm)):  # fmt: skip
+            if name in registry:
+                problems += registry[name].check(self)
         return problems
 
     # -- what the parts read ---------------------------------------------------------------
@@ -575,10 +549,7 @@ class TrainConfig:
     def engines_have_own_weights(self) -> bool:
         """Whether the generation engines hold weights of their own rather than the trainer's
         module (as the backend declares: ``shares_model(options)``)."""
-        from ..generation.backends.registry import BACKENDS
-
-        shares = getattr(BACKENDS.lookup(self.backend), "shares_model", None)
-        return shares is None or not shares(dict(self.backend_kwargs))
+        return not BACKENDS.lookup(self.backend).shares_model(dict(self.backend_kwargs))
 
     @property
     def drift_corrections(self) -> list[str]:
@@ -596,8 +567,6 @@ class TrainConfig:
 
     def check_ranks(self, ranks: int) -> None:
         """Refuse what data parallelism over ``ranks`` ranks would change rather than split."""
-        from ..advantages.estimators import ESTIMATORS
-
         if ranks == 1:
             return
         problems = []
@@ -606,7 +575,7 @@ class TrainConfig:
                 f"prompts_per_step ({self.prompts_per_step}) must be at least the number of "
                 f"ranks ({ranks}): each rank trains on whole groups"
             )
-        if getattr(ESTIMATORS.lookup(self.estimator), "batch_wide", False):
+        if ESTIMATORS.lookup(self.estimator).batch_wide:
             problems.append(
                 f"estimator {self.estimator!r} takes its baseline over the whole batch; under "
                 "data parallelism each rank would see only its share: use a group estimator"
@@ -725,21 +694,6 @@ def option_problems(key: str, factory: Any, options: dict[str, Any]) -> list[str
     try:
         factory(**options)
     except (TypeError, ValueError) as exc:
-        return [f"{key}={options!r}: {exc}"]
-    return []
-
-
-def _accepts(key: str, factory: Any, options: dict[str, Any], **fixed: Any) -> list[str]:
-    """``[]`` if ``factory``'s signature takes these keyword options beside the ``fixed``
-    arguments the trainer passes (a part built with the model checks their values then, or
-    earlier in its ``check``)."""
-    import inspect
-
-    if not isinstance(options, dict):
-        return [f"{key} must be a mapping, got {options!r}"]
-    try:
-        inspect.signature(factory).bind(**fixed, **options)
-    except TypeError as exc:
         return [f"{key}={options!r}: {exc}"]
     return []
 

@@ -81,11 +81,11 @@ class Trainer:
         self.algorithm = build_algorithm(config, self.model)
         self.generation = build_generation(
             config, policy, self.tokenizer, world=self.world,
-            greedy=self.algorithm.needs_greedy, values=getattr(self.algorithm, "fork_values", None),
+            greedy=self.algorithm.needs_greedy, values=self.algorithm.fork_values,
             verifier=verifier, run_id=self.run_dir.name,
         )  # fmt: skip
         budget = self.generation.max_episode_tokens
-        self.learner = Learner(self.model, config, max_episode_tokens=budget)
+        self.learner = Learner(self.model, config, max_episode_tokens=budget, world=self.world)
         reference = self.learner.reference_logprobs if self.learner.reference is not None else None  # fmt: skip
         self.shaping = RewardShaping(config, reference, max_episode_tokens=budget)
         self.checkpoints = Checkpoints(self.run_dir, keep=config.keep_checkpoints)
@@ -116,8 +116,7 @@ class Trainer:
             shaped, shaping = self.shaping(batch, tokens)
         with stages("adv"):
             advantages = self.algorithm.advantages(shaped, tokens)
-        trains_policy = getattr(self.algorithm, "trains_policy", None)
-        moves = trains_policy is None or trains_policy(self.step)  # not in a critic's warm-up
+        moves = self.algorithm.trains_policy(self.step)  # not in a critic's warm-up
         self.generation.offload()  # a colocated engine frees its memory for the update
         with stages("update"):
             update = self.learner.update(
@@ -306,11 +305,11 @@ class Trainer:
     @property
     def _ahead(self) -> dict[int, Any]:
         """Batches generated ahead that the next steps train on first (asynchronous)."""
-        return getattr(self.generation, "ahead", {})
+        return self.generation.ahead
 
     @_ahead.setter
     def _ahead(self, batches: dict[int, Any]) -> None:
-        self.generation.ahead = batches  # type: ignore[attr-defined]
+        self.generation.ahead = batches
 
     @property
     def measure_drift(self) -> bool:

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["key_digest"]
+__all__ = ["key_digest", "reset_seeds"]
 
 
 def key_digest(key: tuple[int | str, ...], *, size: int, purpose: bytes) -> bytes:
     """``size`` bytes (at most 64) that are a pure function of ``key``; ``purpose`` (at most
     16 bytes) separates the uses."""
     return hashlib.blake2b(repr(key).encode(), digest_size=size, person=purpose).digest()
+
+
+def reset_seeds(first: int, skip: int, count: int) -> range:
+    """``count`` consecutive reset seeds after the first ``skip`` from ``first``: a split of a
+    list of tasks numbered by seed (the train split first, the eval split after it), not a
+    random stream; consecutive seeds name unrelated tasks, since each env hashes its seed."""
+    return range(first + skip, first + skip + count)

@@ -28,10 +28,15 @@ T = TypeVar("T")
 class Registry(dict[str, T]):
     """Name -> object, for one ``kind`` of thing (used in error messages)."""
 
-    def __init__(self, kind: str, *, name_attribute: str | None = None) -> None:
+    def __init__(
+        self, kind: str, *, name_attribute: str | None = None, base: type | None = None
+    ) -> None:
         super().__init__()
         self.kind = kind
         self._name_attribute = name_attribute  # set on registered classes, e.g. ``cls.name``
+        # where the family has a base class, every entry is a subclass of it: what a part can
+        # do is declared on the base with defaults, and read the same way from every entry
+        self.base = base
 
     def register(self, name: str, obj: T | None = None) -> Any:
         """``register(name, obj)``, or ``@register(name)`` as a decorator; a name only once."""
@@ -44,6 +49,9 @@ class Registry(dict[str, T]):
             return decorate
         if name in self:
             raise ValueError(f"{self.kind} {name!r} is already registered")
+        if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
+            where = f"{self.base.__module__}.{self.base.__qualname__}"
+            raise TypeError(f"{self.kind} {name!r} must be a subclass of {where}, got {obj!r}")
         self[name] = obj
         if self._name_attribute and isinstance(obj, type):
             setattr(obj, self._name_attribute, name)

@@ -135,3 +135,51 @@ def test_a_failing_run_closes_its_log_as_failed():
     with pytest.raises(KeyboardInterrupt):
         _run_with_progress(trainer, show=False)
     assert phases == ["eval"] and closed == [1]
+
+
+def test_train_help_takes_the_config_docs_and_the_registered_names():
+    """The options that set a config key say what its field's help says, and --algorithm,
+    --estimator and --backend name what is registered (plugins included)."""
+    from forkgym.agents.advantages.base import ALGORITHMS
+    from forkgym.agents.advantages.estimators import ESTIMATORS
+    from forkgym.agents.run.config import field_help
+    from forkgym.cli.train import CONFIG_OPTIONS, config_option_help
+
+    for key in CONFIG_OPTIONS:
+        assert field_help(key)[1:] in config_option_help(key), key
+    for name in ALGORITHMS:
+        assert f"`{name}`" in config_option_help("algorithm")
+    for name in ESTIMATORS:
+        assert f"`{name}`" in config_option_help("estimator")
+    backends = config_option_help("backend")
+    assert "`vllm`" in backends and "`openai`" not in backends.split("Registered:")[1]
+    out = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).stdout
+    assert "Monte Carlo values from forks" in out and "critic_free, ppo, raft, vine" in out
+
+
+NEWER_LOSSES = [("cispo", "weight_clip_frac"), ("gmpo", "seq_ratio_mean"),
+                ("clip_cov", "cov_selected_frac"), ("kl_cov", "cov_selected_frac")]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss,metric", NEWER_LOSSES)
+def test_train_runs_each_newer_loss_and_logs_its_metrics(tmp_path, warm_model_dir, loss, metric):
+    """`forkgym train --loss NAME` runs 3 steps on the tiny model; each step logs the loss's own
+    metric (CISPO: weights clipped; GMPO: the geometric-mean ratio; Clip-Cov and KL-Cov: the
+    fraction of tokens selected by covariance)."""
+    run = tmp_path / loss
+    args = ["train", "--model", str(warm_model_dir), "--env", "Arithmetic-v0", "--loss", loss,
+            "--steps", "3", "--out", str(run), "--no-progress", "env_kwargs.system_prompt=null",
+            "env_kwargs.operations=+", "env_kwargs.digits=1", "prompts_per_step=4", "k=4",
+            "max_new_tokens=8", "eval_every=0", "ppo_epochs=2"]  # fmt: skip
+    if loss.endswith("_cov"):
+        args.append("loss_kwargs.fraction=0.05")
+    if loss == "clip_cov":  # a band every unclipped token is in, so that some are drawn
+        args += ["loss_kwargs.cov_low=-100", "loss_kwargs.cov_high=100"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if f"loss/{metric}" in r]
+    assert len(steps) == 3
+    if loss.endswith("_cov"):  # at least one token of each micro-batch is selected
+        assert all(r[f"loss/{metric}"] > 0 for r in steps)

@@ -57,9 +57,10 @@ import torch
 from ...learner.logprobs import position_ids_from_mask, token_logprobs
 from ...learner.prefix_sharing import accepts_logits_to_keep, cache_argument
 from ...padding import pad_sequences, padding_mask
+from ...seeds import generator
 from .fused_decode import FusedDecoder, FusedWeights, unsupported
 from .kv_cache import preallocated_cache
-from .policy import Generation, GenerationRequest, check_scoring, request_seeds
+from .policy import Generation, GenerationRequest, Policy, check_scoring, request_seeds
 
 __all__ = ["HFPolicy"]
 
@@ -69,7 +70,7 @@ __all__ = ["HFPolicy"]
 _STOP, _LENGTH = 1, 2
 
 
-class HFPolicy:
+class HFPolicy(Policy):
     """A transformers causal LM behind the :class:`~forkgym.agents.generation.backends.policy.Policy` protocol.
 
     ``model`` may be the trainer's own module (``sync_weights`` then copies nothing and bumps
@@ -125,7 +126,7 @@ class HFPolicy:
             pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else 0
         self.share_prefill = share_prefill
-        self._seed_stream = torch.Generator().manual_seed(seed)
+        self._seed_stream = generator(seed)
         self._version = 0
         self._cache_kw = cache_argument(model) or "past_key_values"
         self._has_logits_to_keep = accepts_logits_to_keep(model)
@@ -461,9 +462,9 @@ class _Uniforms:
             if seed is None:
                 continue
             self.sampled = True
-            generator = torch.Generator(device=device).manual_seed(seed)
+            stream = generator(seed, device)
             for start in range(0, width, self.BLOCK):
-                self.table[row, start : start + self.BLOCK].uniform_(generator=generator)
+                self.table[row, start : start + self.BLOCK].uniform_(generator=stream)
 
     def keep(self, keep: torch.Tensor) -> None:
         """Only the live rows at positions ``keep`` go on."""

@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 import torch
 
-from .policy import Generation, GenerationRequest, SamplingParams, request_seeds
+from ...seeds import generator
+from .policy import Generation, GenerationRequest, Policy, SamplingParams, request_seeds
 
 __all__ = ["OpenAIPolicy", "ServerError", "completion_body", "parse_completion"]
 
@@ -118,7 +119,7 @@ def parse_completion(
     return generation, exact
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(Policy):
     """The Policy protocol over a completions server; see the module docstring.
 
     ``base_url`` ends in ``/v1``. ``model``: the served model's name (default: the first of
@@ -146,7 +147,7 @@ class OpenAIPolicy:
         self.concurrency = concurrency
         self.model = model or self._first_model()
         self.token_exact: bool | None = None  # None until the first answer
-        self._seed_stream = torch.Generator().manual_seed(seed)
+        self._seed_stream = generator(seed)
         self._version = 0
 
     def _first_model(self) -> str:

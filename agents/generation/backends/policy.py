@@ -1,6 +1,6 @@
 """The policy interface: token ids in, token ids and behaviour log-probs out.
 
-The trainer and the rollout code see only this protocol, so a generation backend (Hugging Face
+The trainer and the rollout code see only this interface, so a generation backend (Hugging Face
 transformers here, vLLM later) slots in without touching them. Text never round-trips through
 the interface: prompts are token ids, continuations come back as the ids that were sampled,
 which is what keeps multi-turn episodes token-exact.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
@@ -65,24 +65,27 @@ class Generation:
     finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
 
 
-@runtime_checkable
-class Policy(Protocol):
-    """What the rollout code and the trainer need from a generation backend."""
+class Policy:
+    """What the rollout code and the trainer need from a generation backend: every backend's
+    policy extends this class, which says what one that has nothing more to say does (it
+    generates beside other engines, frees no memory for the update, shuts nothing down)."""
 
-    @property
-    def weight_version(self) -> int:
-        """Increases with every :meth:`sync_weights`; recorded with each rollout."""
-        ...
+    # increases with every :meth:`sync_weights`; recorded with each rollout (an attribute or a
+    # property of the subclass)
+    weight_version: int
+    # whether this engine can generate at the same time as another in one process (several
+    # engines, generation_engines > 1, run one thread each)
+    concurrent: bool = True
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Continue every request in one batched call; results in request order."""
-        ...
+        raise NotImplementedError
 
     def logprobs(
         self, sequences: Sequence[Sequence[int]], starts: Sequence[int], temperature: float = 1.0
     ) -> list[torch.Tensor]:
         """Log-probs (no grad) of ``sequences[i][starts[i]:]`` given their prefixes."""
-        ...
+        raise NotImplementedError
 
     def sync_weights(
         self, weights: torch.nn.Module | Mapping[str, Any] | None = None, version: int | None = None
@@ -91,12 +94,16 @@ class Policy(Protocol):
         backend already generates with the trainer's model). The backend decides what that
         costs: nothing when it shares the module, a copy when it has its own. ``version`` sets
         :attr:`weight_version` (a resume); by default it moves up by one. Returns what the
-        push cost (``bytes``, ``buckets``, ...; logged as ``sync/*``) or nothing.
+        push cost (``bytes``, ``buckets``, ...; logged as ``sync/*``) or nothing."""
+        raise NotImplementedError
 
-        A backend with memory to give back during the update (a colocated engine) may also
-        define ``offload()``: the trainer calls it before the update, and the next
-        ``sync_weights`` brings the engine back."""
-        ...
+    def offload(self) -> None:
+        """Give back memory during the update (a colocated engine); the next
+        :meth:`sync_weights` brings the engine back. By default there is nothing to give."""
+
+    def close(self) -> None:
+        """Shut the engine down (a vLLM engine frees its memory; one in a process of its own
+        ends). By default there is nothing to shut down."""
 
 
 def request_seeds(

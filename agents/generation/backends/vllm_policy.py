@@ -42,7 +42,15 @@ from typing import Any
 
 import torch
 
-from .policy import Generation, GenerationRequest, SamplingParams, check_scoring, request_seeds
+from ...seeds import generator
+from .policy import (
+    Generation,
+    GenerationRequest,
+    Policy,
+    SamplingParams,
+    check_scoring,
+    request_seeds,
+)
 from .weight_buckets import bucket_weights, engine_names
 
 __all__ = ["TRUNCATED_SAMPLING_BIAS", "VLLMPolicy", "engine_sampling_kwargs"]
@@ -77,7 +85,7 @@ def engine_sampling_kwargs(
     return kwargs
 
 
-class VLLMPolicy:
+class VLLMPolicy(Policy):
     """A vLLM ``LLM`` behind the Policy protocol; see the module docstring.
 
     ``model_path``: a directory (or hub name) vLLM loads at start. ``bucket_mb``: the weight
@@ -147,7 +155,7 @@ class VLLMPolicy:
             kwargs.update(compat.engine_kwargs_gpu(sleep_mode=self.sleep_level > 0))
         kwargs.update(engine_kwargs or {})
         self.llm = vllm.LLM(**kwargs)
-        self._seed_stream = torch.Generator().manual_seed(seed)
+        self._seed_stream = generator(seed)
         self._version = 0
         self._sleeping: list[str] = []  # allocations released by offload(), woken in order
         self._ipc: Any | None = None
@@ -292,8 +300,9 @@ class VLLMPolicy:
         llm = getattr(self, "llm", None)
         if llm is None:
             return
-        engine = getattr(llm, "llm_engine", None)
-        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        # vLLM's own engine; its core's shutdown exists on the V1 engine only
+        inner = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(inner, "engine_core", None), "shutdown", None)
         if shutdown is not None:
             shutdown()
         self.llm = None

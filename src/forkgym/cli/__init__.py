@@ -12,7 +12,7 @@ from .bench import bench
 from .envs import envs_app
 from .launch import launch
 from .service import outcomes, sandbox_app, serve
-from .train import evaluate, model_app, runs_app, sft, train
+from .train import TrainCommand, evaluate, model_app, runs_app, sft, train
 from .verify import verify
 
 app = typer.Typer(
@@ -53,7 +53,7 @@ app.command()(outcomes)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(model_app, name="model")
 app.command()(sft)
-app.command()(train)
+app.command(cls=TrainCommand)(train)
 app.command("eval")(evaluate)
 app.add_typer(runs_app, name="runs")
 app.command()(bench)
@@ -61,7 +61,7 @@ app.command()(launch)
 
 
 def main() -> None:
-    from forkgym.envs.isolation import SandboxUnavailable
+    from forkgym.envs.sandbox.isolation import SandboxUnavailable
 
     try:
         app()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from forkgym.services.config import ServiceConfig
 
 console = Console(highlight=False)
 
@@ -20,91 +23,145 @@ DbOption = Annotated[
 ]
 
 
+HostOption = Annotated[str, typer.Option(help="Interface to bind (loopback by default).")]
+PortOption = Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")]
+WorkersOption = Annotated[
+    int | None, typer.Option(help="Verification worker processes (default: CPU count).")
+]
+ProcessesOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="uvicorn processes on the one port, each with its own --workers and store writer.",
+    ),
+]
+TimeoutOption = Annotated[
+    float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Bearer token for every route but /healthz (default: $FORKGYM_TOKEN).",
+        envvar="FORKGYM_TOKEN",
+    ),
+]
+MaxBatchOption = Annotated[int, typer.Option(help="Most items in one batch request.")]
+MaxBodyOption = Annotated[float, typer.Option(help="Largest request body, MiB (413 beyond).")]
+MaxResponseOption = Annotated[int, typer.Option(help="Longest response text (422 beyond).")]
+StoreResponsesOption = Annotated[
+    bool,
+    typer.Option(
+        "--store-responses/--hash-responses-only",
+        help="Keep response texts, or only their SHA-256 and size.",
+    ),
+]
+SynchronousOption = Annotated[
+    str,
+    typer.Option(
+        help="SQLite synchronous mode: NORMAL survives a killed process, FULL also power loss."
+    ),
+]
+RequestBudgetOption = Annotated[
+    float,
+    typer.Option(
+        help="Grading seconds one request may use; its unfinished items come back timeout (0: no budget)."
+    ),
+]
+TimeoutMemoryOption = Annotated[
+    float,
+    typer.Option(help="Seconds a timed-out answer is remembered and answered at once (0: off)."),
+]
+PublicDocsOption = Annotated[
+    bool,
+    typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
+]
+NullRewardOption = Annotated[
+    str,
+    typer.Option(
+        help="What /get_reward (OpenRLHF's shape) answers for a timeout or error: a number, "
+        "or 'fail' to answer 503."
+    ),
+]
+LogLevelOption = Annotated[str, typer.Option(help="uvicorn log level.")]
+
+
 def serve(
     db: DbOption = None,
-    host: Annotated[
-        str, typer.Option(help="Interface to bind (loopback by default).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 8000,
-    workers: Annotated[
-        int | None, typer.Option(help="Verification worker processes (default: CPU count).")
-    ] = None,
-    processes: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="uvicorn processes on the one port, each with its own --workers and store writer.",
-        ),
-    ] = 1,
-    timeout: Annotated[
-        float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
-    ] = 5.0,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            help="Bearer token for every route but /healthz (default: $FORKGYM_TOKEN).",
-            envvar="FORKGYM_TOKEN",
-        ),
-    ] = None,
-    max_batch: Annotated[int, typer.Option(help="Most items in one batch request.")] = 1024,
-    max_body_mb: Annotated[
-        float, typer.Option(help="Largest request body, MiB (413 beyond).")
-    ] = 16.0,
-    max_response_chars: Annotated[
-        int, typer.Option(help="Longest response text (422 beyond).")
-    ] = 262_144,
-    store_responses: Annotated[
-        bool,
-        typer.Option(
-            "--store-responses/--hash-responses-only",
-            help="Keep response texts, or only their SHA-256 and size.",
-        ),
-    ] = True,
-    synchronous: Annotated[
-        str,
-        typer.Option(
-            help="SQLite synchronous mode: NORMAL survives a killed process, FULL also power loss."
-        ),
-    ] = "NORMAL",
-    request_budget: Annotated[
-        float,
-        typer.Option(
-            help="Grading seconds one request may use; its unfinished items come back timeout (0: no budget)."
-        ),
-    ] = 30.0,
-    timeout_memory: Annotated[
-        float,
-        typer.Option(
-            help="Seconds a timed-out answer is remembered and answered at once (0: off)."
-        ),
-    ] = 600.0,
-    public_docs: Annotated[
-        bool,
-        typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
-    ] = False,
-    null_reward: Annotated[
-        str,
-        typer.Option(
-            help="What /get_reward (OpenRLHF's shape) answers for a timeout or error: a number, "
-            "or 'fail' to answer 503."
-        ),
-    ] = "0.0",
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    workers: WorkersOption = None,
+    processes: ProcessesOption = 1,
+    timeout: TimeoutOption = 5.0,
+    token: TokenOption = None,
+    max_batch: MaxBatchOption = 1024,
+    max_body_mb: MaxBodyOption = 16.0,
+    max_response_chars: MaxResponseOption = 262_144,
+    store_responses: StoreResponsesOption = True,
+    synchronous: SynchronousOption = "NORMAL",
+    request_budget: RequestBudgetOption = 30.0,
+    timeout_memory: TimeoutMemoryOption = 600.0,
+    public_docs: PublicDocsOption = False,
+    null_reward: NullRewardOption = "0.0",
+    log_level: LogLevelOption = "warning",
 ) -> None:
     """Serve the verifier over HTTP; prints the address once ready; Ctrl-C stops it cleanly."""
+    config = _service_config(
+        db=db,
+        host=host,
+        port=port,
+        workers=workers,
+        timeout=timeout,
+        token=token,
+        max_batch=max_batch,
+        max_body_mb=max_body_mb,
+        max_response_chars=max_response_chars,
+        store_responses=store_responses,
+        synchronous=synchronous,
+        request_budget=request_budget,
+        timeout_memory=timeout_memory,
+        public_docs=public_docs,
+        null_reward=null_reward,
+    )
+    _listen(config, log_level=log_level, processes=processes)
+
+
+def _null_reward(text: str) -> float | None:
+    """``--null-reward``: a number, or None for 'fail'."""
+    try:
+        return None if text.strip().lower() == "fail" else float(text)
+    except ValueError:
+        raise typer.BadParameter(f"--null-reward must be a number or 'fail', got {text!r}") from None  # fmt: skip
+
+
+def _service_config(
+    *,
+    db: str | None,
+    host: str,
+    port: int,
+    workers: int | None,
+    timeout: float,
+    token: str | None,
+    max_batch: int,
+    max_body_mb: float,
+    max_response_chars: int,
+    store_responses: bool,
+    synchronous: str,
+    request_budget: float,
+    timeout_memory: float,
+    public_docs: bool,
+    null_reward: str,
+) -> ServiceConfig:
+    """The service's settings from ``serve``'s options (in their units); a value the settings
+    refuse is a usage error."""
     import os
 
     from forkgym.services.config import ServiceConfig
-    from forkgym.services.server import serve as run_server
 
     from .errors import checked_db
 
+    null = _null_reward(null_reward)
     try:
-        null = None if null_reward.strip().lower() == "fail" else float(null_reward)
-    except ValueError:
-        raise typer.BadParameter(f"--null-reward must be a number or 'fail', got {null_reward!r}") from None  # fmt: skip
-    try:
-        config = ServiceConfig(
+        return ServiceConfig(
             db_url=checked_db(db),
             host=host,
             port=port,
@@ -123,10 +180,16 @@ def serve(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _listen(config: ServiceConfig, *, log_level: str, processes: int) -> None:
+    """Run the service until it is stopped; an address it cannot bind ends it with exit 1."""
+    from forkgym.services.server import serve as run_server
+
     try:
         run_server(config, log_level=log_level, processes=processes)
     except OSError as exc:
-        typer.echo(f"error: cannot listen on {host}:{port}: {exc}", err=True)
+        typer.echo(f"error: cannot listen on {config.host}:{config.port}: {exc}", err=True)
         raise typer.Exit(code=1) from None
 
 
@@ -222,8 +285,8 @@ def sandbox_serve(
     address once ready."""
     import uvicorn
 
-    from forkgym.envs.isolation import SandboxUnavailable
     from forkgym.envs.sandbox import SandboxLimits
+    from forkgym.envs.sandbox.isolation import SandboxUnavailable
     from forkgym.services.sandbox_app import create_sandbox_app
     from forkgym.services.server import bind
 

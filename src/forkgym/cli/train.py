@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperCommand, TyperOption
 
 from .endings import recorded_ending
-from .envs import KwargOption, check_env, parse_kwargs
+from .envs import KwargOption, parse_kwargs
 from .errors import fail
+from .evaluation import check_backend, eval_settings, evaluate_held_out, load_eval_model
 
 console = Console(highlight=False)
 model_app = typer.Typer(help="Build the default offline model.", no_args_is_help=True)
@@ -77,27 +77,77 @@ def sft(
     typer.echo(json.dumps({"out": str(out), **result}))
 
 
+# the options of `train` that set the config key of their name: each one's help is the key's
+# own (TrainConfig's field docs), filled in by TrainCommand when the help is shown
+CONFIG_OPTIONS = (
+    "model",
+    "env",
+    "estimator",
+    "algorithm",
+    "loss",
+    "backend",
+    "steps",
+    "seed",
+    "out",
+)
+ConfigKeyOption = Annotated[str | None, typer.Option()]
+
+
+def _registered(key: str) -> list[str]:
+    """The names registered for the config key ``key`` (none for a key that is no part)."""
+    from forkgym.agents.advantages.base import ALGORITHMS
+    from forkgym.agents.advantages.estimators import ESTIMATORS
+    from forkgym.agents.generation.backends.registry import BACKENDS
+    from forkgym.agents.learner.losses import LOSSES
+
+    registries = {
+        "algorithm": ALGORITHMS,
+        "estimator": ESTIMATORS,
+        "loss": LOSSES,
+        # the backends that can train (openai serves a frozen policy)
+        "backend": {name: b for name, b in BACKENDS.items() if b.trainable},
+    }
+    return sorted(registries.get(key, ()))
+
+
+def config_option_help(key: str) -> str:
+    """The help of the option that sets the config key ``key``: the field's documented help,
+    and for a registered part (algorithm, estimator, loss, backend) the names it may take."""
+    from forkgym.agents.run.config import field_help
+
+    text = field_help(key)
+    text = f"{text[:1].upper()}{text[1:]}."
+    if names := _registered(key):
+        text += " Registered: " + ", ".join(f"`{name}`" for name in names) + "."
+    return text
+
+
+class TrainCommand(TyperCommand):
+    """``forkgym train``: the options of CONFIG_OPTIONS take their help from the config's field
+    docs, looked up only when the help is shown (the config imports torch, which the command
+    line does not import until a command needs it)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.params:
+            if isinstance(param, TyperOption) and param.name in CONFIG_OPTIONS and not param.help:
+                param.help = config_option_help(param.name)
+        super().format_help(ctx, formatter)
+
+
 def train(
     overrides: Annotated[
         list[str] | None,
         typer.Argument(help="Config overrides key=value (e.g. lr=3e-4 env_kwargs.digits=3)."),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model directory (or hub name).")] = None,
-    env: Annotated[str | None, typer.Option(help="Environment id.")] = None,
-    estimator: Annotated[
-        str | None, typer.Option(help="rloo, grpo, dr_grpo, remax, reinforce, ...")
-    ] = None,
-    algorithm: Annotated[
-        str | None,
-        typer.Option(help="critic_free (the estimator) or ppo (a learned critic)."),
-    ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="What generates: hf (transformers, the default) or vllm."),
-    ] = None,
-    steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Run seed.")] = None,
-    out: Annotated[str | None, typer.Option(help="Run directory.")] = None,
+    model: ConfigKeyOption = None,
+    env: ConfigKeyOption = None,
+    estimator: ConfigKeyOption = None,
+    algorithm: ConfigKeyOption = None,
+    loss: ConfigKeyOption = None,
+    backend: ConfigKeyOption = None,
+    steps: Annotated[int | None, typer.Option()] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    out: ConfigKeyOption = None,
     config: Annotated[Path | None, typer.Option(help="YAML or TOML config file.")] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")
@@ -116,6 +166,7 @@ def train(
         "env": _env_id(env) if env else None,
         "estimator": estimator,
         "algorithm": algorithm,
+        "loss": loss,
         "backend": backend,
         "steps": steps,
         "seed": seed,
@@ -235,280 +286,113 @@ def _run_with_progress(trainer: Any, show: bool) -> dict[str, Any]:
             raise
 
 
+EvalModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Model directory (or hub name); with --backend openai, its tokenizer. "
+        "With --run: the run's latest checkpoint."
+    ),
+]
+EvalRunOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="A training run's folder (train's --out): evaluate its latest checkpoint with "
+        "its env, env kwargs, token budget and held-out settings; options given override them."
+    ),
+]
+EpisodesOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Held-out tasks. [default: 200; with --run, its eval_episodes]"),
+]
+EvalSeedOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Seed of the held-out task stream. [default: train's eval_seed, or the run's]"
+    ),
+]
+PassKOption = Annotated[
+    int | None,
+    typer.Option(
+        "--pass-k",
+        min=0,
+        help="Also sampled pass@k (0: off). [default: 0; with --run, its eval_k]",
+    ),
+]
+MaxNewTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Token budget per assistant turn. [default: train's max_new_tokens, or the run's]",
+    ),
+]
+EvalBackendOption = Annotated[
+    str, typer.Option(help="hf (transformers), vllm (in-process) or openai (a server).")
+]
+BaseUrlOption = Annotated[
+    str | None, typer.Option(help="--backend openai: the server, e.g. http://host:8000/v1.")
+]
+ServedModelOption = Annotated[
+    str | None,
+    typer.Option(help="--backend openai: the served model's name (default: the first)."),
+]
+EvalProgressOption = Annotated[
+    bool,
+    typer.Option("--progress/--no-progress", help="Show a progress bar (on stderr)."),
+]
+EvalHeldOutOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--held-out/--all-tasks",
+        help="Evaluate on the eval side of the content partition (problems no training "
+        "prompt or demonstration had), or on every problem. Default: held out, or as the "
+        "--run was.",
+    ),
+]
+
+
 def evaluate(
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model directory (or hub name); with --backend openai, its tokenizer. "
-            "With --run: the run's latest checkpoint."
-        ),
-    ] = None,
+    model: EvalModelOption = None,
     env: Annotated[str | None, typer.Option(help="Environment id. With --run: the run's.")] = None,
-    run: Annotated[
-        Path | None,
-        typer.Option(
-            help="A training run's folder (train's --out): evaluate its latest checkpoint with "
-            "its env, env kwargs, token budget and held-out settings; options given override them."
-        ),
-    ] = None,
-    episodes: Annotated[
-        int | None,
-        typer.Option(min=1, help="Held-out tasks. [default: 200; with --run, its eval_episodes]"),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            help="Seed of the held-out task stream. [default: train's eval_seed, or the run's]"
-        ),
-    ] = None,
-    pass_k: Annotated[
-        int | None,
-        typer.Option(
-            "--pass-k",
-            min=0,
-            help="Also sampled pass@k (0: off). [default: 0; with --run, its eval_k]",
-        ),
-    ] = None,
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Token budget per assistant turn. [default: train's max_new_tokens, or the run's]",
-        ),
-    ] = None,
-    backend: Annotated[
-        str, typer.Option(help="hf (transformers), vllm (in-process) or openai (a server).")
-    ] = "hf",
-    base_url: Annotated[
-        str | None, typer.Option(help="--backend openai: the server, e.g. http://host:8000/v1.")
-    ] = None,
-    served_model: Annotated[
-        str | None,
-        typer.Option(help="--backend openai: the served model's name (default: the first)."),
-    ] = None,
+    run: EvalRunOption = None,
+    episodes: EpisodesOption = None,
+    seed: EvalSeedOption = None,
+    pass_k: PassKOption = None,
+    max_new_tokens: MaxNewTokensOption = None,
+    backend: EvalBackendOption = "hf",
+    base_url: BaseUrlOption = None,
+    served_model: ServedModelOption = None,
     kwarg: KwargOption = None,
-    progress: Annotated[
-        bool,
-        typer.Option("--progress/--no-progress", help="Show a progress bar (on stderr)."),
-    ] = True,
-    held_out: Annotated[
-        bool | None,
-        typer.Option(
-            "--held-out/--all-tasks",
-            help="Evaluate on the eval side of the content partition (problems no training "
-            "prompt or demonstration had), or on every problem. Default: held out, or as the "
-            "--run was.",
-        ),
-    ] = None,
+    progress: EvalProgressOption = True,
+    held_out: EvalHeldOutOption = None,
 ) -> None:
     """Greedy pass@1 (and optionally sampled pass@k) on held-out tasks; prints JSON.
 
     With --run, the run's own held-out evaluation of its latest checkpoint."""
-    import gymnasium as gym
-
-    import forkgym.envs  # noqa: F401
-    from forkgym.agents.generation.backends.registry import BACKENDS, missing_requirement
-    from forkgym.agents.generation.evaluate import evaluate as run_eval
-    from forkgym.envs.base import on_side
-
-    if backend not in BACKENDS:
-        raise typer.BadParameter(
-            f"{backend!r} is not one of {sorted(BACKENDS)}", param_hint="--backend"
-        )
-    if missing := missing_requirement(backend):
-        raise typer.BadParameter(missing, param_hint="--backend")
-    if (base_url is not None or served_model is not None) and backend != "openai":
-        raise typer.BadParameter("--base-url and --served-model go with --backend openai")
-    saved = _run_settings(run, model_given=model is not None) if run is not None else {}
-    model = model or saved.get("model")
-    env = env or saved.get("env")
-    if model is None or env is None:
-        raise typer.BadParameter("give --model and --env, or --run DIR (a training run's folder)")
-    settings = {**_eval_defaults(), **saved}
-    episodes = episodes if episodes is not None else settings["episodes"]
-    seed = seed if seed is not None else settings["seed"]
-    pass_k = pass_k if pass_k is not None else settings["pass_k"]
-    max_new_tokens = max_new_tokens if max_new_tokens is not None else settings["max_new_tokens"]
-    held = held_out if held_out is not None else settings.get("held_out", True)
-    kwargs = {**settings.get("env_kwargs", {}), **parse_kwargs(kwarg)}
-    try:
-        kwargs = on_side(kwargs, "eval" if held else None)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="-k task_split") from None
-    check_env(env, kwargs)
-    try:
-        net, tokenizer, options = _eval_model(model, backend, base_url, served_model)
-    except FileNotFoundError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model") from None
-
-    def held_out(policy: Any, on_progress: Any) -> dict[str, Any]:
-        return run_eval(
-            policy,
-            tokenizer,
-            lambda: gym.make(_env_id(env), **kwargs),
-            episodes=episodes,
-            seed=seed,
-            k=pass_k,
-            max_new_tokens=max_new_tokens,
-            temperature=settings["temperature"],
-            progress=on_progress,
-            chunk=max(8, -(-episodes // 20)),  # about 20 updates of the bar
-        )
-
+    check_backend(backend, base_url, served_model)
+    settings = eval_settings(
+        run,
+        model=model,
+        env=env,
+        episodes=episodes,
+        seed=seed,
+        pass_k=pass_k,
+        max_new_tokens=max_new_tokens,
+        held_out=held_out,
+        kwarg=kwarg,
+    )
+    loaded = load_eval_model(settings.model, backend, base_url, served_model)
     with recorded_ending("eval", None):
-        result = _evaluate_with(backend, net, tokenizer, seed, options, progress, held_out)
-    typer.echo(
-        json.dumps(
-            {
-                **({"run": str(run)} if run is not None else {}),
-                "model": model,
-                "env": _env_id(env),
-                "backend": backend,
-                "episodes": episodes,
-                "max_new_tokens": max_new_tokens,
-                "accuracy": result["eval_accuracy"],
-                **result,
-            }
-        )
-    )
-
-
-def _evaluate_with(
-    backend: str,
-    net: Any,
-    tokenizer: Any,
-    seed: int,
-    options: dict[str, Any],
-    progress: bool,
-    run: Any,
-) -> dict[str, Any]:
-    """``run(policy, on_progress)`` on the backend's policy, which is closed (its engine shut
-    down) however the evaluation ends."""
-    from forkgym.agents.generation.backends.registry import build_policy
-
-    policy = build_policy(backend, net, tokenizer, seed=seed, **options)
-    try:
-        with _eval_progress(progress) as on_progress:
-            return run(policy, on_progress)
-    finally:
-        close = getattr(policy, "close", None)
-        if close is not None:
-            close()
-
-
-def _eval_defaults() -> dict[str, Any]:
-    """``forkgym eval``'s defaults: the token budget, held-out seed and sampling temperature
-    are TrainConfig's (one source of truth), so that a model trained with the defaults is
-    evaluated as its run evaluated it."""
-    from forkgym.agents.run.config import TrainConfig
-
-    return {
-        "episodes": 200,
-        "seed": TrainConfig.eval_seed,
-        "pass_k": 0,
-        "max_new_tokens": TrainConfig.max_new_tokens,
-        "temperature": TrainConfig.temperature,
+        result = evaluate_held_out(settings, backend, loaded, show_progress=progress)
+    shown = {
+        **({"run": str(run)} if run is not None else {}),
+        "model": settings.model,
+        "env": settings.env,
+        "backend": backend,
+        "episodes": settings.episodes,
+        "max_new_tokens": settings.max_new_tokens,
+        "accuracy": result["eval_accuracy"],
     }
-
-
-def _run_settings(run: Path, *, model_given: bool) -> dict[str, Any]:
-    """What ``forkgym eval`` takes from a run folder: its latest checkpoint (the model and the
-    tokenizer with its chat template), env and env kwargs (the prompt settings), token budget,
-    sampling temperature and held-out evaluation settings. Read from the saved config without
-    validating it again, so a run evaluates on a machine without its training backend."""
-    from forkgym.agents.run.checkpoint import Checkpoints
-    from forkgym.agents.run.config import ConfigError, TrainConfig, load_plugins, read_file
-
-    hint = "--run"
-    if not run.is_dir():
-        raise typer.BadParameter(f"{run} is not a directory", param_hint=hint)
-    if not (run / "config.yaml").is_file():
-        raise typer.BadParameter(
-            f"{run} is not a run folder (no config.yaml); give the --out folder of `forkgym train`",
-            param_hint=hint,
-        )
-    try:
-        saved = read_file(run / "config.yaml")
-    except (ConfigError, OSError, ValueError) as exc:  # yaml's errors are ValueErrors
-        raise typer.BadParameter(
-            f"{run}/config.yaml is unreadable: {exc}", param_hint=hint
-        ) from None
-    if problems := load_plugins(saved.get("plugins") or []):
-        raise typer.BadParameter("; ".join(problems), param_hint=hint)
-
-    def get(key: str) -> Any:
-        return saved.get(key, getattr(TrainConfig, key, None))
-
-    settings: dict[str, Any] = {
-        "env": get("env"),
-        "env_kwargs": dict(saved.get("env_kwargs") or {}),
-        "max_new_tokens": get("max_new_tokens"),
-        "temperature": get("temperature"),
-        "episodes": get("eval_episodes"),
-        "seed": get("eval_seed"),
-        "pass_k": get("eval_k"),
-        "held_out": saved.get("held_out", False),  # runs from before the partition: all tasks
-    }
-    if not model_given:
-        checkpoints = Checkpoints(run).all()
-        if not checkpoints:
-            raise typer.BadParameter(
-                f"{run} has no checkpoint yet (checkpoints/step_*); train it further, or pass --model",
-                param_hint=hint,
-            )
-        settings["model"] = str(checkpoints[-1])
-    return settings
-
-
-@contextmanager
-def _eval_progress(show: bool) -> Iterator[Any]:
-    """A bar over the held-out tasks, pass by pass, on stderr (stdout carries the JSON); with
-    --no-progress no callback, so the tasks go to the policy in one batch."""
-    if not show:
-        yield None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("episodes"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-    )
-    tasks: dict[str, Any] = {}
-
-    def on_progress(what: str, done: int, total: int) -> None:
-        if what not in tasks:
-            tasks[what] = bar.add_task(f"evaluating {what}", total=total)
-        bar.update(tasks[what], completed=done)
-
-    with bar:
-        yield on_progress
-
-
-def _eval_model(
-    model: str, backend: str, base_url: str | None, served_model: str | None
-) -> tuple[Any, Any, dict[str, Any]]:
-    """The network (None for a server), the tokenizer and the backend's options."""
-    from forkgym.agents.models import load_policy_model, load_tokenizer
-
-    if backend == "openai":
-        if base_url is None:
-            raise typer.BadParameter("--backend openai needs --base-url")
-        return None, load_tokenizer(model), {"base_url": base_url, "served_model": served_model}
-    if backend == "vllm":  # the engine loads the weights itself and never takes new ones
-        return None, load_tokenizer(model), {"model_path": model, "weight_push": False}
-    net, tokenizer = load_policy_model(model)
-    net.eval()
-    return net, tokenizer, {}
+    typer.echo(json.dumps({**shown, **result}))
 
 
 @runs_app.command("list")

@@ -14,12 +14,15 @@ from contextlib import closing, contextmanager
 from importlib.resources import files
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from forkgym.verifiers import MathVerifier
 
 SAMPLE_ANSWERS = "data/sample_answers.jsonl"
 MAX_REPORTED_INPUT_ERRORS = 10
@@ -226,78 +229,90 @@ def format_explanation(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+ReferenceOption = Annotated[
+    str | None, typer.Option("--reference", "-r", help="Reference answer (LaTeX or plain).")
+]
+ResponseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--response", "-s", help="Model response to grade; its last \\boxed{} is the answer."
+    ),
+]
+InputOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--input",
+        "-i",
+        help="JSONL file with rows {reference, response, id?}.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Where to write graded JSONL rows ('-' for stdout)."),
+]
+SampleOption = Annotated[
+    bool, typer.Option("--sample", help="Grade the bundled sample of answers.")
+]
+TimeoutOption = Annotated[
+    float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(help="Worker processes (default: CPU count; 0 = in-process, no hard limit)."),
+]
+ExtractOption = Annotated[
+    list[str],
+    typer.Option(
+        help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, "
+        "answer_is, minerva, last_number."
+    ),
+]
+PresetOption = Annotated[
+    str | None,
+    typer.Option(
+        help="A named extraction chain instead of --extract: math, gsm8k, minerva, r1, "
+        "lenient (see docs/verifier.md)."
+    ),
+]
+MultiBoxOption = Annotated[
+    str,
+    typer.Option(
+        help="Several \\boxed{}: 'list' (one list answer, compared as a set unless a "
+        "tuple), 'parts' (each reference box a part, in order), 'last' (the last box)."
+    ),
+]
+ExplainOption = Annotated[
+    bool,
+    typer.Option(
+        "--explain",
+        help="With --reference/--response: show what each extraction strategy found, "
+        "what was graded and how.",
+    ),
+]
+BatchSizeOption = Annotated[int, typer.Option(min=1, help="Rows graded per batch in file mode.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the single outcome as JSON.")]
+ProgressOption = Annotated[
+    bool, typer.Option("--progress/--no-progress", help="Show a progress bar in file mode.")
+]
+
+
 def verify(
-    reference: Annotated[
-        str | None, typer.Option("--reference", "-r", help="Reference answer (LaTeX or plain).")
-    ] = None,
-    response: Annotated[
-        str | None,
-        typer.Option(
-            "--response", "-s", help="Model response to grade; its last \\boxed{} is the answer."
-        ),
-    ] = None,
-    input: Annotated[
-        Path | None,
-        typer.Option(
-            "--input",
-            "-i",
-            help="JSONL file with rows {reference, response, id?}.",
-            exists=True,
-            dir_okay=False,
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Where to write graded JSONL rows ('-' for stdout)."),
-    ] = None,
-    sample: Annotated[
-        bool, typer.Option("--sample", help="Grade the bundled sample of answers.")
-    ] = False,
-    timeout: Annotated[
-        float, typer.Option(help="Hard wall-clock limit per symbolic verification, seconds.")
-    ] = 5.0,
-    workers: Annotated[
-        int | None,
-        typer.Option(help="Worker processes (default: CPU count; 0 = in-process, no hard limit)."),
-    ] = None,
-    extract: Annotated[
-        list[str],
-        typer.Option(
-            help="Extraction strategy or regex, repeatable: boxed, gsm8k, answer_tag, "
-            "answer_is, minerva, last_number."
-        ),
-    ] = ["boxed"],  # noqa: B006
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            help="A named extraction chain instead of --extract: math, gsm8k, minerva, r1, "
-            "lenient (see docs/verifier.md)."
-        ),
-    ] = None,
-    multi_box: Annotated[
-        str,
-        typer.Option(
-            help="Several \\boxed{}: 'list' (one list answer, compared as a set unless a "
-            "tuple), 'parts' (each reference box a part, in order), 'last' (the last box)."
-        ),
-    ] = "list",
-    explain: Annotated[
-        bool,
-        typer.Option(
-            "--explain",
-            help="With --reference/--response: show what each extraction strategy found, "
-            "what was graded and how.",
-        ),
-    ] = False,
-    batch_size: Annotated[
-        int, typer.Option(min=1, help="Rows graded per batch in file mode.")
-    ] = 256,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the single outcome as JSON.")
-    ] = False,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Show a progress bar in file mode.")
-    ] = True,
+    reference: ReferenceOption = None,
+    response: ResponseOption = None,
+    input: InputOption = None,
+    output: OutputOption = None,
+    sample: SampleOption = False,
+    timeout: TimeoutOption = 5.0,
+    workers: WorkersOption = None,
+    extract: ExtractOption = ["boxed"],  # noqa: B006
+    preset: PresetOption = None,
+    multi_box: MultiBoxOption = "list",
+    explain: ExplainOption = False,
+    batch_size: BatchSizeOption = 256,
+    as_json: JsonOption = False,
+    progress: ProgressOption = True,
 ) -> None:
     """Grade one answer (--reference/--response) or a JSONL file (--input/--output).
 
@@ -305,8 +320,25 @@ def verify(
     details. Statuses: correct, incorrect, invalid (no answer found or unparseable), truncated,
     timeout and error (infrastructure: reward null, never a wrong answer).
     """
-    from forkgym.verifiers import MathVerifier
+    single = _check_modes(reference, response, input, output, sample, explain)
+    verifier = _make_verifier(timeout, workers, extract, preset, multi_box)
+    with closing(verifier):  # the pool starts only if a symbolic answer needs it
+        if single:
+            _grade_one(verifier, reference, response, explain=explain, as_json=as_json)  # type: ignore[arg-type]
+        else:
+            in_path = _sample_path() if sample else input
+            _grade_jsonl(verifier, in_path, output, batch_size, progress)  # type: ignore[arg-type]
 
+
+def _check_modes(
+    reference: str | None,
+    response: str | None,
+    input: Path | None,
+    output: Path | None,
+    sample: bool,
+    explain: bool,
+) -> bool:
+    """Refuse options that do not go together; whether one answer is graded (not a file)."""
     single = reference is not None or response is not None
     modes = int(single) + int(input is not None) + int(sample)
     if modes != 1:
@@ -317,40 +349,62 @@ def verify(
         raise typer.BadParameter("--input needs --output (a path, or '-' for stdout)")
     if explain and not single:
         raise typer.BadParameter("--explain grades one answer: give --reference and --response")
+    return single
+
+
+def _make_verifier(
+    timeout: float, workers: int | None, extract: list[str], preset: str | None, multi_box: str
+) -> MathVerifier:
+    """The verifier the options describe; a usage error for an option it refuses."""
+    from forkgym.verifiers import MathVerifier
+
     try:
-        verifier = MathVerifier(
+        return MathVerifier(
             timeout=timeout, workers=workers, extract=extract, preset=preset, multi_box=multi_box
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
-    with closing(verifier):  # the pool starts only if a symbolic answer needs it
-        if single and explain:
-            report = verifier.explain(reference, response)  # type: ignore[arg-type]
-            typer.echo(json.dumps(report) if as_json else format_explanation(report))
-            return
-        if single:
-            outcome = verifier.verify(reference, response)  # type: ignore[arg-type]
-            if as_json:
-                typer.echo(json.dumps(outcome.to_dict()))
-            else:
-                reward = "none" if outcome.reward is None else f"{outcome.reward:g}"
-                typer.echo(
-                    f"{outcome.status.value}  reward={reward}  extracted={outcome.extracted!r}  "
-                    f"({outcome.latency_ms:.1f} ms, {outcome.details.get('path', 'extraction')})"
-                )
-            return
-        in_path = Path(str(files("forkgym.verifiers") / SAMPLE_ANSWERS)) if sample else input
-        console = Console(stderr=output is not None and str(output) == "-")
-        try:
-            counts, rewards, elapsed = grade_file(
-                verifier, in_path, output, batch_size, progress, console
-            )
-        except InputError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(code=2) from None
-        console.print(
-            _status_table(counts, rewards, elapsed, title=f"forkgym verify: {in_path.name}")
+
+def _sample_path() -> Path:
+    """The bundled sample of answers (``--sample``)."""
+    return Path(str(files("forkgym.verifiers") / SAMPLE_ANSWERS))
+
+
+def _outcome_line(outcome: Any) -> str:
+    """One graded answer as a line: status, reward, what was extracted, time and path."""
+    reward = "none" if outcome.reward is None else f"{outcome.reward:g}"
+    return (
+        f"{outcome.status.value}  reward={reward}  extracted={outcome.extracted!r}  "
+        f"({outcome.latency_ms:.1f} ms, {outcome.details.get('path', 'extraction')})"
+    )
+
+
+def _grade_one(
+    verifier: MathVerifier, reference: str, response: str, *, explain: bool, as_json: bool
+) -> None:
+    """Grade one answer and print the outcome (or, with ``explain``, how it was reached)."""
+    if explain:
+        report = verifier.explain(reference, response)
+        typer.echo(json.dumps(report) if as_json else format_explanation(report))
+        return
+    outcome = verifier.verify(reference, response)
+    typer.echo(json.dumps(outcome.to_dict()) if as_json else _outcome_line(outcome))
+
+
+def _grade_jsonl(
+    verifier: MathVerifier, in_path: Path, output: Path | None, batch_size: int, show_progress: bool
+) -> None:
+    """Grade a JSONL file and print the status table (on stderr when the rows go to stdout);
+    malformed rows are a usage error, and nothing is graded."""
+    console = Console(stderr=output is not None and str(output) == "-")
+    try:
+        counts, rewards, elapsed = grade_file(
+            verifier, in_path, output, batch_size, show_progress, console
         )
-        if output is not None and str(output) != "-":
-            console.print(f"wrote {sum(counts.values())} rows to {output}")
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    console.print(_status_table(counts, rewards, elapsed, title=f"forkgym verify: {in_path.name}"))
+    if output is not None and str(output) != "-":
+        console.print(f"wrote {sum(counts.values())} rows to {output}")

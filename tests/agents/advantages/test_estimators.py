@@ -373,7 +373,7 @@ def test_output_is_detached_with_documented_dtype(name, dtype, out):
 def test_registry_and_errors():
     assert set(ESTIMATORS) == {
         "reinforce", "reinforce_mean", "reinforce_ema", "remax",
-        "rloo", "grpo", "dr_grpo", "grpo_batch_std",
+        "rloo", "grpo", "dr_grpo", "grpo_batch_std", "reinforce_pp", "reinforce_pp_baseline",
     }  # fmt: skip
     with pytest.raises(ValueError, match="unknown estimator"):
         get_estimator("ppo")

@@ -9,7 +9,7 @@ import pytest
 
 import forkgym.envs  # noqa: F401
 from forkgym.agents.generation.backends.hf_policy import HFPolicy
-from forkgym.agents.generation.backends.policy import Generation, GenerationRequest
+from forkgym.agents.generation.backends.policy import Generation, GenerationRequest, Policy
 from forkgym.agents.generation.rollout import ChatTokens, Rollouts, TemplateError
 from forkgym.agents.models import load_policy_model
 from forkgym.agents.run.sft import demonstration
@@ -22,7 +22,7 @@ def loaded(tiny_model_dir):
     return load_policy_model(tiny_model_dir)
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     """Answers each request with the canonical tokens of a scripted text (a test stand-in
     for a model that happens to write exactly these texts)."""
 

@@ -389,12 +389,15 @@ def test_validation_errors():
         get_loss("gspo", reduction="dr_grpo_constant")
     with pytest.raises(ValueError, match="dual_clip"):
         get_loss("ppo_clip", dual_clip=0.5)
-    assert set(LOSSES) == {"vanilla_pg", "ppo_clip", "gspo", "sapo"}
     assert {n: get_loss(n).reduction for n in LOSSES} == {
         "vanilla_pg": "seq_sum",
         "ppo_clip": "token_mean",
         "gspo": "seq_mean_token_mean",
         "sapo": "seq_mean_token_mean",
+        "cispo": "token_mean",  # MiniMax-M1: normalised by all tokens of the batch
+        "gmpo": "seq_mean_token_mean",  # (1/G) sum over responses
+        "clip_cov": "token_mean",
+        "kl_cov": "token_mean",
     }
 
 

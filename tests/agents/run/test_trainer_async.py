@@ -19,7 +19,7 @@ from tests.agents.run.test_trainer import comparable, config
 from tests.conftest import WARM_ENV_KWARGS
 
 OWN = {"backend_kwargs": {"share_model": False}}
-WAITS = ("async/wait_s", "async/sync_wait_s")
+WAITS = ("async/wait_s", "async/push_wait_s")
 
 
 def without_waits(metrics: list[dict]) -> list[dict]:

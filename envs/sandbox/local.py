@@ -2,11 +2,11 @@
 
 Each call gets a fresh process and a fresh scratch space, so nothing persists between calls
 and a fork of an episode replays tool results exactly. The walls are the operating system's
-(:mod:`forkgym.envs.isolation`: bubblewrap namespaces, a uid of the call's own, a read-only
+(:mod:`forkgym.envs.sandbox.isolation`: bubblewrap namespaces, a uid of the call's own, a read-only
 view of the interpreter only, seccomp). The limits hold for the call as a whole:
 
 * **memory**: ``memory_mb`` for everything the call's processes hold, its scratch tmpfs
-  included, in a cgroup of its own (:mod:`forkgym.envs.cgroups`; swap counted or off), and
+  included, in a cgroup of its own (:mod:`forkgym.envs.sandbox.cgroups`; swap counted or off), and
   ``memory_mb`` of address space per process (``MemoryError`` rather than a kill for one big
   allocation);
 * **processes**: ``processes`` tasks (processes and threads) in the cgroup, and as many for
@@ -53,7 +53,7 @@ from .uid_slots import SlotsBusy, uid_range, uid_slot
 
 __all__ = ["SandboxLimits", "SandboxResult", "containment", "run_python"]
 
-RUNNER = Path(__file__).with_name("sandbox_runner.py")
+RUNNER = Path(__file__).with_name("runner.py")
 # No site-packages, no user site, no script directory on sys.path. Not -I: it would also
 # ignore PYTHONHASHSEED, and hash() must not vary between branches (the environment passed
 # to the child is built from scratch, so nothing else leaks in). Python 3.10 lacks -P.
@@ -364,7 +364,7 @@ def run_python(
 ) -> SandboxResult:
     """Execute ``code`` with the standard library only; capture its output and its fate.
 
-    ``isolation``: ``auto`` or ``bwrap`` (the OS sandbox; :class:`~forkgym.envs.isolation.
+    ``isolation``: ``auto`` or ``bwrap`` (the OS sandbox; :class:`~forkgym.envs.sandbox.isolation.
     SandboxUnavailable` where this machine cannot build it), or ``unsafe-local``."""
     mode = iso.resolve(isolation)
     if mode == "unsafe-local":

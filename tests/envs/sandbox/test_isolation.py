@@ -1,4 +1,4 @@
-"""envs/isolation.py: what the sandbox is built from, and a clear refusal where it cannot be."""
+"""envs/sandbox/isolation.py: what the sandbox is built from, and a clear refusal where it cannot be."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sysconfig
 
 import pytest
 
-from forkgym.envs import isolation
+from forkgym.envs.sandbox import isolation
 
 
 def test_a_bubblewrap_that_cannot_build_the_sandbox_is_refused_with_the_reason(

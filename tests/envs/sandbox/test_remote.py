@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 import forkgym.envs  # noqa: F401
-from forkgym.envs.remote_sandbox import run_remote
 from forkgym.envs.sandbox import SandboxLimits
+from forkgym.envs.sandbox.remote import run_remote
 
 pytestmark = pytest.mark.sandbox
 READY = "forkgym sandbox listening on "

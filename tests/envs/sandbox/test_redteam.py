@@ -36,7 +36,7 @@ import gymnasium as gym
 import pytest
 
 import forkgym.envs  # noqa: F401
-from forkgym.envs import cgroups, uid_slots
+from forkgym.envs.sandbox import cgroups, uid_slots
 
 pytestmark = pytest.mark.sandbox
 
@@ -928,7 +928,7 @@ def test_every_process_of_the_call_is_in_its_group():
 
 RACE = """
 import json, sys, threading, time
-from forkgym.envs.uid_slots import uid_slot
+from forkgym.envs.sandbox.uid_slots import uid_slot
 spans = []
 def take():
     for _ in range(40):

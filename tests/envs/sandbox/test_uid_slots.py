@@ -1,5 +1,5 @@
-"""The sandbox uid range (envs/uid_slots.py): checked against the accounts, locked host-wide.
-(Racing callers for one uid: tests/envs/test_sandbox_redteam.py.)"""
+"""The sandbox uid range (envs/sandbox/uid_slots.py): checked against the accounts, locked host-wide.
+(Racing callers for one uid: tests/envs/sandbox/test_redteam.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pwd
 
 import pytest
 
-from forkgym.envs import uid_slots
+from forkgym.envs.sandbox import uid_slots
 
 
 @pytest.fixture

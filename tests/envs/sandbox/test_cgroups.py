@@ -1,4 +1,4 @@
-"""The per-call cgroup (envs/cgroups.py) on this machine's real hierarchy, v1 or v2: a plain
+"""The per-call cgroup (envs/sandbox/cgroups.py) on this machine's real hierarchy, v1 or v2: a plain
 child process is put in a group and the kernel's limits are watched from outside.
 
 (cgroup v2 was checked with the same steps on a machine that has it, as root under a systemd
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from forkgym.envs import cgroups
+from forkgym.envs.sandbox import cgroups
 
 WHERE = cgroups.hierarchy()
 pytestmark = pytest.mark.skipif(WHERE is None, reason=f"no writable cgroup: {cgroups.why_not()}")

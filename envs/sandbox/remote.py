@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .sandbox import SandboxLimits, SandboxResult
+from .local import SandboxLimits, SandboxResult
 
 __all__ = ["run_remote"]
 

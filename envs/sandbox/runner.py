@@ -1,10 +1,10 @@
-"""Runs untrusted Python inside the sandbox process; started by :mod:`forkgym.envs.sandbox`.
+"""Runs untrusted Python inside the sandbox process; started by :mod:`forkgym.envs.sandbox.local`.
 
-Executed as ``python -P -s -S sandbox_runner.py CPU MEMORY FILE SEED NPROC ISOLATED`` with the
+Executed by path as ``python -P -s -S runner.py CPU MEMORY FILE SEED NPROC ISOLATED`` with the
 code on stdin and stdout/stderr on pipes the host reads, in a fresh scratch space (under
-bubblewrap a tmpfs at ``/scratch``), inside the OS sandbox of :mod:`forkgym.envs.isolation`
-(``ISOLATED`` = 1) or, in the unsafe local mode, in a new session only. Before the code runs
-it:
+bubblewrap a tmpfs at ``/scratch``), inside the OS sandbox of
+:mod:`forkgym.envs.sandbox.isolation` (``ISOLATED`` = 1) or, in the unsafe local mode, in a
+new session only. Before the code runs it:
 
 1. in the unsafe local mode, leaves the network: a new, empty network namespace when the
    kernel allows it (under bubblewrap the namespace is already empty);

@@ -19,7 +19,7 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
   (counted in its cgroup), never the host's disk, and it vanishes with the sandbox's mount
   namespace, so the host never walks a tree the code built;
 * **identity**: run as root, the sandbox drops to the call's own uid and gid (one per
-  concurrent call, :mod:`forkgym.envs.uid_slots`) with no supplementary groups, no
+  concurrent call, :mod:`forkgym.envs.sandbox.uid_slots`) with no supplementary groups, no
   capabilities (the bounding set emptied: ``setpriv`` keeps ``CAP_SETPCAP`` just long
   enough to clear it) and ``no_new_privs``; run as another user, bubblewrap maps that user
   to 65534 in a new user namespace (whose process count is the sandbox's own) and drops
