@@ -171,6 +171,8 @@ def missing_local_model(name_or_dir: str | Path) -> str | None:
     missing folder, and is never looked up on the model hub."""
     text = str(name_or_dir)
     path = Path(text).expanduser()
+    if path.is_file():
+        return f"{text} is a file: a model is the folder that holds its config.json and weights ({path.parent}?)"  # fmt: skip
     if path.exists():
         if path.is_dir() and not (path / "config.json").exists():
             return f"{text} holds no model (no config.json); build one with `forkgym model init --out {text}`"  # fmt: skip

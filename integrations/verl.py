@@ -8,9 +8,10 @@ module by package, so that a process pool can pickle the function (verl 0.9)::
     reward.custom_reward_function.path=pkg://forkgym.integrations.verl
     reward.custom_reward_function.name=compute_score
 
-Each process keeps one :class:`~forkgym.verifiers.MathVerifier` (one killable worker, a
-5-second limit per symbolic answer; ``FORKGYM_VERL_TIMEOUT`` and ``FORKGYM_VERL_WORKERS``
-change them). verl needs a number for every sample: a timeout or a verifier error scores
+Each process keeps one :class:`~forkgym.verifiers.MathVerifier` per answer format (one
+killable worker, a 5-second limit per symbolic answer; ``FORKGYM_VERL_TIMEOUT`` and
+``FORKGYM_VERL_WORKERS`` change them; a GSM8K ``data_source`` reads ``#### 18`` answers, see
+:func:`preset_for`). verl needs a number for every sample: a timeout or a verifier error scores
 ``0.0`` (what verl's own scorers give a failed check) and is flagged ``infra_failure: 1.0`` so
 it is never mistaken for a wrong answer in the logs; ``invalid`` (no final answer found) and
 ``acc`` (correct) are logged beside it. :func:`compute_score_float` is the score alone, for
@@ -27,25 +28,37 @@ from typing import Any
 
 from forkgym.verifiers import MathVerifier, Status
 
-__all__ = ["compute_score", "compute_score_float"]
+__all__ = ["compute_score", "compute_score_float", "preset_for"]
 
 _lock = threading.Lock()
-_verifier: MathVerifier | None = None
+_verifiers: dict[str | None, MathVerifier] = {}
 _pid: int | None = None
 
 
-def _shared() -> MathVerifier:
-    """This process's verifier (a forked child makes its own: a pool does not survive fork)."""
-    global _verifier, _pid
+def preset_for(data_source: str | None) -> str | None:
+    """The extraction preset a ``data_source`` names: ``gsm8k`` for GSM8K's sources
+    (``openai/gsm8k``: answers end in ``#### 18``, as verl's own GSM8K scorer reads them),
+    none (the last ``\\boxed{}``, MATH's convention) for every other source."""
+    return "gsm8k" if data_source and "gsm8k" in data_source.lower() else None
+
+
+def _shared(preset: str | None = None) -> MathVerifier:
+    """This process's verifier for ``preset`` (a forked child makes its own: a pool does not
+    survive fork)."""
+    global _pid
     with _lock:
-        if _verifier is None or _pid != os.getpid():
-            _verifier = MathVerifier(
+        if _pid != os.getpid():
+            _verifiers.clear()
+            _pid = os.getpid()
+        if preset not in _verifiers:
+            verifier = MathVerifier(
                 timeout=float(os.environ.get("FORKGYM_VERL_TIMEOUT", "5")),
                 workers=int(os.environ.get("FORKGYM_VERL_WORKERS", "1")),
+                preset=preset,
             )
-            _pid = os.getpid()
-            atexit.register(_verifier.close)
-        return _verifier
+            atexit.register(verifier.close)
+            _verifiers[preset] = verifier
+        return _verifiers[preset]
 
 
 def compute_score(
@@ -59,12 +72,14 @@ def compute_score(
 
     ``ground_truth`` is a string or a number (``2``), or several accepted answers as a list,
     tuple or NumPy array (what a parquet list column becomes): the response is correct if it
-    matches any one of them. ``data_source``, ``extra_info`` and any further keyword verl
-    passes (``reward_kwargs`` from its config, ``reward_router_address`` and
+    matches any one of them. ``data_source`` chooses where the answer is read
+    (:func:`preset_for`: GSM8K's ``####``, else the last box). ``extra_info`` and any further
+    keyword verl passes (``reward_kwargs`` from its config, ``reward_router_address`` and
     ``reward_model_tokenizer`` from its reward loop) are not needed to grade a math answer and
     are ignored."""
     references = _references(ground_truth)
-    outcomes = _shared().verify_many([(ref, solution_str) for ref in references])
+    verifier = _shared(preset_for(data_source))
+    outcomes = verifier.verify_many([(ref, solution_str) for ref in references])
     status = _best(outcome.status for outcome in outcomes)
     outcome = next(o for o in outcomes if o.status is status)
     return {

@@ -40,6 +40,9 @@ class Item:
     idempotency_key: str | None = None
     run_id: str | None = None
     task_id: str | None = None
+    # why the sample's label cannot be graded against (an OpenRLHF label that is a list, an
+    # object, a bool, or text past the limit): graded `invalid` with this reason, not refused
+    unusable: str | None = None
 
 
 def sha256(text: str) -> str:
@@ -87,8 +90,8 @@ class Recorder:
         done: dict[int, Outcome] = {}
         rest = []
         for i, item in enumerate(items):
-            if not item.reference.strip():  # no label to grade against (OpenRLHF's null)
-                done[i] = self._no_reference()
+            if item.unusable or not item.reference.strip():  # OpenRLHF's null, or worse
+                done[i] = self._no_reference(item.unusable)
                 continue
             outcome = self.verifier.verify_quick(item.reference, item.response)
             if outcome is None:
@@ -97,12 +100,14 @@ class Recorder:
                 done[i] = outcome
         return done, rest
 
-    def _no_reference(self) -> Outcome:
-        """``invalid``, with the reason: the sample came without a reference answer."""
+    def _no_reference(self, unusable: str | None = None) -> Outcome:
+        """``invalid``, with the reason: the sample came without a reference answer, or with
+        one that cannot be graded against (``unusable`` says why)."""
+        details = {"reason": "no_reference"} if unusable is None else {"reason": "unusable_label", "label": unusable}  # fmt: skip
         return Outcome.from_status(
             Status.INVALID,
             self.verifier.rewards,
-            details={"reason": "no_reference"},
+            details=details,
             verifier=self.verifier.name,
             verifier_version=self.verifier.version,
         )

@@ -124,11 +124,6 @@ def make_schemas(config: ServiceConfig) -> Schemas:
         ),
         AfterValidator(_valid_unicode),
     ]
-    label = Annotated[
-        str,
-        Field(max_length=config.max_reference_chars, description="the reference answer"),
-        AfterValidator(_valid_unicode),
-    ]
     response = Annotated[
         str,
         Field(max_length=config.max_response_chars, description="the model's response"),
@@ -172,8 +167,10 @@ def make_schemas(config: ServiceConfig) -> Schemas:
             texts,
         ),
         prompts=(list[Annotated[str, AfterValidator(_valid_unicode)]] | None, None),
-        # OpenRLHF sends its dataset's label column as it is: text, a number, or null (and ""
-        # without --label_key); a missing label is graded `invalid`, never refused
-        labels=(list[label | int | float | None], texts),  # type: ignore[valid-type]
+        # OpenRLHF sends its dataset's label column as it is: text, a number, null ("" without
+        # --label_key), or whatever else the column holds (a list, a bool, an object). A label
+        # that cannot be graded against is that one sample's `invalid`, never the batch's 422:
+        # OpenRLHF retries a 422 and then trains the whole request without rewards
+        labels=(list[Any], texts),
     )
     return Schemas(verify_request, batch_request, batch_response, reward_request)

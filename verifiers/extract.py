@@ -189,7 +189,28 @@ def boxed_answer(text: str, chain: bool = True) -> Found | None:
         closing = closing_sentence(text, 0 if boxed is None else boxed.span[1])
         if closing is not None:
             return closing
+    if boxed is not None and boxed.span is not None and boxed.items is None:
+        return restated_answer(text, boxed) or boxed
     return boxed
+
+
+def restated_answer(text: str, boxed: Found) -> Found | None:
+    """The last stated answer governs: after a box holding a plain number, a later "the answer
+    is N" with a different plain number N ("so $\\boxed{12}$ ... actually 13, so the answer is
+    13") is the answer, not the box. Only plain numbers on both sides are compared (as written,
+    without thousands separators), so prose that restates the box in other words, or names a
+    unit, never displaces it."""
+    end = boxed.span[1]  # type: ignore[index]
+    phrase = _last_match(_ANSWER_IS)(text[end:])
+    if phrase is None:
+        return None
+    a, b = _phrase_answer(text, end + phrase[0], end + phrase[1])
+    later = text[a:b].strip("$ ")
+    if not (_NUMBER.fullmatch(later) and _NUMBER.fullmatch(boxed.text.strip())):
+        return None
+    if later.replace(",", "") == boxed.text.strip().replace(",", ""):
+        return None
+    return Found(later, (a, a + len(later)) if text[a:b].startswith(later) else None)
 
 
 class _boxed:

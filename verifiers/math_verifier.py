@@ -35,6 +35,7 @@ from .fair_slots import FairSlots
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
 from .presets import extractor_for
+from .spellings import respell
 from .worker_pool import WorkerPool, failure_status
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
 # "last": only the last box of each side is the answer.
 MULTI_BOX = ("list", "parts", "last")
 # Changes whenever forkgym's own reading of answers changes (part of the verifier version).
-GRADING_RULES = 2
+GRADING_RULES = 3  # 3: exactly different numbers differ; the last stated answer governs
 
 _WORKER_MODULE = "forkgym.verifiers.math_worker"
 _CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
@@ -71,7 +72,7 @@ def parser_input(answer: str, plain: bool = False) -> str:
     text, all of it, as math."""
     if plain and _PLAIN_NUMBER.fullmatch(answer):
         return answer
-    return "\\boxed{" + answer + "}"
+    return "\\boxed{" + respell(answer) + "}"
 
 
 class ReferenceAnswer(NamedTuple):

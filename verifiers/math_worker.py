@@ -14,6 +14,8 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from .exact_numbers import differ
+
 __all__ = ["grade", "warm_up"]
 
 for _name in ("math_verify", "latex2sympy2_extended"):
@@ -71,6 +73,11 @@ def grade(
         return "timeout", {"reason": "memory_limit", "stage": "parse_answer"}
     if not pred:
         return "invalid", {"reason": "unparseable_answer"}
+    try:
+        if differ(reference, answer, gold[0], pred[0]):  # never equal by rounding
+            return "incorrect", {"compared": "exactly"}
+    except (MemoryError, RecursionError):
+        return "timeout", {"reason": "memory_limit", "stage": "exact"}
     try:
         ok = verify(
             list(gold),

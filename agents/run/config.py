@@ -700,6 +700,9 @@ def option_problems(key: str, factory: Any, options: dict[str, Any]) -> list[str
 
 def read_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if not path.is_file():
+        where = "is a folder" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {path} {where}: give a .yaml, .yml or .toml file")
     text = path.read_text()
     if path.suffix in {".yaml", ".yml"}:
         data = yaml.safe_load(text) or {}

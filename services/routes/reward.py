@@ -1,5 +1,7 @@
 """``POST /get_reward``: OpenRLHF's remote reward shape over the same grading and recording."""
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 
@@ -14,6 +16,27 @@ from .shared import Shared
 __all__ = ["reward_router"]
 
 STATUS_NAMES = tuple(status.value for status in Status)
+
+
+def reference_from_label(label: Any, max_chars: int) -> tuple[str, str | None]:
+    """``(reference, why it is unusable or None)`` for one OpenRLHF label: text as it is, a
+    number as its text, null as no reference; a bool (``true`` is not the answer 1), a list, an
+    object, over-long or non-Unicode text cannot be graded against."""
+    if label is None:
+        return "", None
+    if isinstance(label, bool):
+        return "", "a boolean"
+    if isinstance(label, (int, float)):
+        return str(label), None
+    if not isinstance(label, str):
+        return "", "a JSON list" if isinstance(label, list) else "a JSON object"
+    if len(label) > max_chars:
+        return "", f"text longer than {max_chars} characters"
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return "", "text that is not valid Unicode"
+    return label, None
 
 
 def reward_router(shared: Shared, schemas: Schemas) -> APIRouter:
@@ -59,8 +82,10 @@ def reward_router(shared: Shared, schemas: Schemas) -> APIRouter:
         for i, (text, label) in enumerate(zip(query, labels, strict=True)):
             prompt = prompts[i] if prompts is not None else ""
             response = text[len(prompt) :] if prompt and text.startswith(prompt) else text
-            reference = "" if label is None else str(label)  # "": graded invalid, no_reference
-            items.append(Item(reference=reference, response=response, task_id="openrlhf"))
+            reference, unusable = reference_from_label(label, config.max_reference_chars)
+            items.append(
+                Item(reference=reference, response=response, task_id="openrlhf", unusable=unusable)
+            )
         rows = await record(shared, items, request)
         missing = [i for i, row in enumerate(rows) if row["reward"] is None]
         if missing and config.null_reward is None:

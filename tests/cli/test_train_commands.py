@@ -183,3 +183,20 @@ def test_train_runs_each_newer_loss_and_logs_its_metrics(tmp_path, warm_model_di
     assert len(steps) == 3
     if loss.endswith("_cov"):  # at least one token of each micro-batch is selected
         assert all(r[f"loss/{metric}"] > 0 for r in steps)
+
+
+def test_a_missing_config_file_and_a_model_that_is_a_file_are_one_line_errors(tmp_path):
+    """Issue 48: a missing --config printed a 61-line traceback, and a --model naming a file
+    (config.json itself) 151 lines ending in the hub's "Repo id must be in the form"."""
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text("{}")
+    cases = [
+        (["train", "--config", str(tmp_path / "nothere.yaml")], "does not exist"),
+        (["train", "--model", str(config), "--out", str(tmp_path / "r")], "is a file"),
+        (["eval", "--model", str(config), "--env", "Arithmetic-v0"], "is a file"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output

@@ -83,6 +83,16 @@ def label_of(row: dict, label_key: str | None):
         ({"input": PROMPT, "answer": 72}, "answer", r"so it is \boxed{71}", 0.0, "incorrect"),
         ({"input": PROMPT, "answer": None}, "answer", r"so it is \boxed{72}", 0.0, "invalid"),
         ({"input": PROMPT, "answer": 72}, None, r"so it is \boxed{72}", 0.0, "invalid"),
+        # issue 48: these made the whole request a 422, every sample of it lost
+        ({"input": PROMPT, "answer": [72]}, "answer", r"so it is \boxed{72}", 0.0, "invalid"),
+        (
+            {"input": PROMPT, "answer": {"value": 72}},
+            "answer",
+            r"so it is \boxed{72}",
+            0.0,
+            "invalid",
+        ),
+        ({"input": PROMPT, "answer": True}, "answer", r"so it is \boxed{1}", 0.0, "invalid"),
     ],
 )
 def test_openrlhfs_client_gets_a_float_per_sample_for_any_label(

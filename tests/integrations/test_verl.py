@@ -95,6 +95,23 @@ def test_the_float_form_is_the_score():
     assert compute_score_float("math", r"\boxed{71}", ["72", "73"]) == 0.0
 
 
+@pytest.mark.parametrize("source", ["openai/gsm8k", "gsm8k", "GSM8K-train"])
+def test_a_gsm8k_source_reads_its_hash_answers(source):
+    """Issue 48: verl's own GSM8K data ends answers with `#### 18`, which the boxed default
+    graded `invalid` whatever the source; verl's default scorer picks GSM8K's rule by
+    `data_source`, and so does compute_score now (a box still counts)."""
+    assert forkgym_verl.preset_for(source) == "gsm8k"
+    assert compute_score(source, "16 - 3 - 4 = 9 and 9 * 2 = 18\n#### 18", "18")["acc"] == 1.0
+    assert compute_score(source, "#### 17", "18")["acc"] == 0.0
+    assert compute_score(source, r"so \boxed{18}", "18")["acc"] == 1.0
+
+
+def test_other_sources_keep_the_boxed_answer():
+    for source in ("lighteval/MATH", "math", "", None):
+        assert forkgym_verl.preset_for(source) is None
+    assert compute_score("lighteval/MATH", "#### 18", "18")["invalid"] == 1.0
+
+
 # -- through verl -------------------------------------------------------------------------------
 
 try:

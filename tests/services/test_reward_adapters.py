@@ -50,6 +50,24 @@ def test_openrlhf_labels_as_they_come_numbers_and_null_are_graded_not_refused(se
         assert record["details"] == {"reason": "no_reference"} and record["status"] == "invalid"
 
 
+def test_openrlhf_a_label_of_any_type_costs_only_its_own_sample(server):
+    """Issue 48: a list or object label made the whole request a 422 (OpenRLHF retries five
+    times, then stores no reward for any sample of it), and `true` was read as the answer 1.
+    Now each unusable label is its own sample's `invalid`, with the reason recorded."""
+    labels = ["72", 72, 72.0, [72], {"answer": 72}, True, None, "x" * 100_000]
+    body = openrlhf_body([r"\boxed{72}"] * len(labels), labels)
+    reply = httpx.post(f"{server.url}/get_reward", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert data["statuses"] == ["correct"] * 3 + ["invalid"] * 5
+    assert data["rewards"] == [1.0] * 3 + [0.0] * 5
+    assert data["extra_logs"]["status_invalid"] == [0.0] * 3 + [1.0] * 5
+    why = [httpx.get(f"{server.url}/v1/outcomes/{i}").json()["details"] for i in data["ids"][3:]]
+    assert why[:3] == [{"reason": "unusable_label", "label": kind} for kind in ("a JSON list", "a JSON object", "a boolean")]  # fmt: skip
+    assert why[3] == {"reason": "no_reference"}
+    assert why[4]["reason"] == "unusable_label" and why[4]["label"].startswith("text longer than")
+
+
 def test_openrlhf_reads_per_sample_statuses_in_extra_logs(server):
     """OpenRLHF keeps `extra_logs` (not top-level keys) and makes a tensor of each value: one
     number per sample under each status's key."""
@@ -76,7 +94,7 @@ def test_openrlhf_without_prompts_grades_the_whole_query(server):
         ({"query": ["a"], "labels": ["1", "2"]}, "one entry per sample"),
         ({"query": [], "labels": []}, "at least 1"),
         ({"prompts": ["a"], "labels": ["1"]}, "query"),
-        ({"query": ["a"], "labels": [["1"]]}, "labels"),  # a list is not one label
+        ({"query": ["a"]}, "labels"),
     ],
 )
 def test_openrlhf_malformed_bodies_are_422_with_a_reason(server, body, message):

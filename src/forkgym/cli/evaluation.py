@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from .envs import _env_id, check_env, parse_kwargs
+from .errors import fail
 
 
 @dataclass
@@ -179,7 +180,7 @@ def load_eval_model(
             return None, load_tokenizer(model), {"model_path": model, "weight_push": False}
         net, tokenizer = load_policy_model(model)
     except FileNotFoundError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model") from None
+        fail(f"--model: {exc}")
     net.eval()
     return net, tokenizer, {}
 

@@ -220,7 +220,7 @@ def _check_run(cfg: Any, *, model_given: bool) -> None:
             f"`forkgym model init --out {cfg.model}` (or pass --model DIR or a hub name)"
         )
     if problem := missing_local_model(cfg.model):  # the trainer loads it, whatever generates
-        raise typer.BadParameter(problem, param_hint="--model")
+        fail(f"--model: {problem}")
     check_env(cfg.env, dict(cfg.env_kwargs))
     if cfg.tensorboard:
         try:

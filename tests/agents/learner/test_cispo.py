@@ -11,9 +11,7 @@ import torch
 from forkgym.agents.learner.losses import get_loss
 from forkgym.agents.learner.reductions import REDUCTIONS
 from tests.agents.learner.loss_inputs import one_response_per_row as _inputs
-
-MAX_NEW = 12
-
+from tests.agents.learner.test_losses import MAX_NEW, reference_reduce
 
 # ---------------------------------------------------------------------------------------------
 # CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4-5): -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi
@@ -87,17 +85,6 @@ def _reference(name, logp, old, adv, mask, eps_low, eps_high):
     return seqs
 
 
-def _reduce(seqs, reduction):
-    n = len(seqs)
-    if reduction == "seq_sum":
-        return sum(sum(s) for s in seqs) / n
-    if reduction == "seq_mean_token_mean":
-        return sum(sum(s) / len(s) for s in seqs) / n
-    if reduction == "token_mean":
-        return sum(sum(s) for s in seqs) / sum(len(s) for s in seqs)
-    return sum(sum(s) for s in seqs) / (MAX_NEW * n)
-
-
 @pytest.mark.float_sensitive
 @pytest.mark.parametrize("name,eps", [("cispo", (0.3, 0.2)), ("gmpo", (0.15, 0.2))])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -115,7 +102,7 @@ def test_matches_a_transcription_of_the_formula(name, eps, reduction, seed):
     loss_fn = get_loss(name, eps_low=eps[0], eps_high=eps[1], reduction=reduction, max_episode_tokens=MAX_NEW)  # fmt: skip
     loss, _ = loss_fn(x, old, adv, mask)
     y = logp.clone().requires_grad_()
-    expected = _reduce(_reference(name, y, old, adv, mask, *eps), reduction)
+    expected = reference_reduce(_reference(name, y, old, adv, mask, *eps), reduction)
     torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(
         torch.autograd.grad(loss, x)[0], torch.autograd.grad(expected, y)[0], rtol=1e-9, atol=1e-12
