@@ -97,3 +97,33 @@ def test_an_unknown_config_key_gets_a_did_you_mean_in_at_most_three_lines(
     assert len(said) <= 3 and expected in " ".join(said), said
     assert "'weight_decay'" not in result.stderr  # no longer every key
     assert not (tmp_path / "run").exists()
+
+
+MISTAKES = {
+    "a missing config file": (["train", "--config", "nothere.yaml"], "does not exist"),
+    "a model that is a file": (
+        ["eval", "--model", "config.json", "--env", "Arithmetic-v0"],
+        "is a file",
+    ),
+    "an unknown algorithm": (["train", "--algorithm", "a2c", "--out", "run"], "is not one of"),
+    "a value of the wrong type": (["train", "--steps", "x"], "'--steps'"),
+    "eval without a model": (["eval"], "give --model and --env"),
+    "verify without input": (["verify"], "give exactly one of"),
+    "an unknown subcommand": (["envs", "chek"], "No such command"),
+    "an unknown preset": (["bench", "--preset", "nope"], "unknown preset 'nope'"),
+    "no worker": (["serve", "--workers", "-3"], "at least one worker"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_every_usage_mistake_is_at_most_two_lines(tmp_path, mistake):
+    """Issue 48: a missing config printed a 61-line traceback and a model path naming a file
+    151 lines; a usage error was Typer's six-line panel. Now each is `error: ...` and at most
+    a line saying where the help is."""
+    (tmp_path / "config.json").write_text("{}")
+    args, message = MISTAKES[mistake]
+    result = forkgym(*args, cwd=tmp_path)
+    said = lines(result)
+    assert result.returncode == 2, said
+    assert 1 <= len(said) <= 2 and said[0].startswith("error: ") and message in said[0], said
+    assert not (tmp_path / "run").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+import typer.rich_utils
 
 from forkgym import __version__
 
@@ -14,6 +15,21 @@ from .launch import launch
 from .service import outcomes, sandbox_app, serve
 from .train import TrainCommand, evaluate, model_app, runs_app, sft, train
 from .verify import verify
+
+
+def _usage_error_in_two_lines(error: Exception) -> None:
+    """A usage error as two lines on stderr, what is wrong and where the help is, in place of
+    Typer's six-line panel (the rest of the command line keeps Typer's formatting)."""
+    if type(error).__name__ == "NoArgsIsHelpError":  # the help was printed: nothing to add
+        return
+    typer.echo(f"error: {error.format_message()}", err=True)  # type: ignore[attr-defined]
+    ctx = getattr(error, "ctx", None)  # a click error may carry no context
+    if ctx is not None:
+        typer.echo(f"Try '{ctx.command_path} --help'.", err=True)
+
+
+# Typer calls rich_utils.rich_format_error for every usage error when rich is installed
+typer.rich_utils.rich_format_error = _usage_error_in_two_lines  # type: ignore[assignment]
 
 app = typer.Typer(
     name="forkgym",
