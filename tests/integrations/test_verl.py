@@ -7,6 +7,7 @@ the file-path form of the docs failed under the process pool."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import inspect
 import os
@@ -141,7 +142,7 @@ def tokenizer():
     return build_tokenizer([r"Compute 1/2. So the answer is \boxed{0.5}, not \boxed{3}."], 300)
 
 
-def batch(tokenizer, rows):
+def batch(tokenizer, rows, data_source="math"):
     """A verl DataProto of (prompt, response, ground truth) rows, padded as verl's rollout pads
     them: prompts on the left, responses on the right."""
     import torch
@@ -163,7 +164,7 @@ def batch(tokenizer, rows):
     return DataProto.from_dict(
         tensors={"prompts": prompt_t, "responses": response_t, "attention_mask": mask},
         non_tensors={
-            "data_source": np.array(["math"] * len(rows), dtype=object),
+            "data_source": np.array([data_source] * len(rows), dtype=object),
             "reward_model": np.array([{"ground_truth": t} for *_, t in rows], dtype=object),
             "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object),
         },
@@ -283,3 +284,32 @@ def test_the_docs_name_it_by_package_with_verls_current_config_keys():
             assert value == "pkg://forkgym.integrations.verl"
         if key.endswith("custom_reward_function.name"):
             assert value in forkgym_verl.__all__
+
+
+GSM8K_ROWS = [
+    ("Compute 1/2.", "9 * 2 = 18\n#### 18", "18"),
+    ("Compute 1/2.", "#### 17", "18"),
+    ("Compute 1/2.", r"so \boxed{18}", "18"),
+]
+
+
+@pytest.mark.integrations
+@needs_verl
+@pytest.mark.parametrize("manager", ["naive", "dapo"])
+def test_verls_reward_loop_managers_score_gsm8k_hash_answers(tokenizer, manager):
+    """Issue 48: installed as the docs say (forkgym[verl], which now holds aiohttp, the reward
+    loop's import), `load_reward_manager` builds the reward loop's `naive` and `dapo` managers,
+    and with verl's own GSM8K `data_source` a `#### 18` answer scores 1."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    manager_ = load_reward_manager(verl_config("pkg://forkgym.integrations.verl", manager=manager), tokenizer)  # fmt: skip
+    data = batch(tokenizer, GSM8K_ROWS, data_source="openai/gsm8k")
+    # the manager keeps the loop that was current when it was built; an earlier test may have
+    # closed that one, so this test gives it a loop of its own
+    manager_.loop = asyncio.new_event_loop()
+    try:
+        got = [manager_.loop.run_until_complete(manager_.run_single(data[i : i + 1])) for i in range(3)]  # fmt: skip
+    finally:
+        manager_.loop.close()
+    assert [g["reward_score"] for g in got] == [1.0, 0.0, 1.0]
+    assert [g["reward_extra_info"]["acc"] for g in got] == [1.0, 0.0, 1.0]
