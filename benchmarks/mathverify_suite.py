@@ -197,6 +197,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="forkgym workers (0: in-process)")
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--show", action="store_true", help="list every disagreement")
+    parser.add_argument(
+        "--preset", default=None, help="grade with this extraction preset (e.g. mathverify)"
+    )
     args = parser.parse_args()
     if not (args.tests / "test_all.py").is_file():
         parser.error(f"{args.tests} has no test_all.py: pass math-verify's tests folder")
@@ -215,9 +218,10 @@ def main() -> int:
     for row in rows:
         by_precision.setdefault(row.options["precision"], []).append(row)
     for precision, group in by_precision.items():
+        extraction = {"preset": args.preset} if args.preset else {"extract": ["boxed", WHOLE_TEXT]}
         verifier = verifiers[precision] = MathVerifier(
-            timeout=args.timeout, workers=args.workers, extract=["boxed", WHOLE_TEXT],
-            float_rounding=precision, cache_size=0,
+            timeout=args.timeout, workers=args.workers, float_rounding=precision, cache_size=0,
+            **extraction,
         )  # fmt: skip
         with verifier:
             outcomes = verifier.verify_many([(r.gold, r.pred) for r in group])

@@ -64,6 +64,7 @@ class Found(NamedTuple):
     span: Span | None
     items: tuple[str, ...] | None = None
     boxed: bool = False  # the text is a box's content, read already (delimiters stripped)
+    raw: bool = False  # the whole response, for math-verify's own extraction (``prose``)
 
 
 # A strategy returns what it found, or None when it finds nothing.
@@ -344,6 +345,17 @@ def _fraction_around(text: str, start: int, end: int) -> Span | None:
     return begin, second[1] + 1
 
 
+def _prose(text: str) -> Found | None:
+    """The ``prose`` strategy: the whole response, handed to math-verify as written, so that
+    its own extraction finds the answer in prose ("Answer $9$", "The solution is $x \\neq
+    5$"), as it does for a user moving from math-verify."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    start = text.index(stripped)
+    return Found(stripped, (start, start + len(stripped)), raw=True)
+
+
 def _last_number_span(text: str) -> Span | None:
     """The last number (``1,234``, ``-4.5``, ``3/4``), or the whole ``\\frac{1}{2}`` when the
     last number is one of its arguments (reading ``2`` there would grade half as two)."""
@@ -360,6 +372,7 @@ EXTRACTORS.register("answer_tag", _answer_tag())  # <answer>...</answer>
 EXTRACTORS.register("answer_is", _spanned(_answer_is_span))  # "... the answer is 42."
 EXTRACTORS.register("minerva", _spanned(_minerva_span))  # "Final Answer: The final answer is"
 EXTRACTORS.register("last_number", _spanned(_last_number_span))
+EXTRACTORS.register("prose", _prose)  # the whole response, read by math-verify's extraction
 # the same strategies reading one box only (MathVerifier(multi_box="last"))
 _LAST_BOX_ONLY: dict[str, Finder] = {"boxed": _boxed(chain=False), "answer_tag": _answer_tag(chain=False)}  # fmt: skip
 
@@ -406,6 +419,7 @@ class Extraction(NamedTuple):
     span: Span | None = None  # where the raw answer sits in the response
     items: tuple[str, ...] | None = None
     plain: bool = False
+    raw: bool = False  # the response as written: math-verify finds the answer in it
 
 
 @dataclass(frozen=True)
@@ -528,7 +542,7 @@ class AnswerExtractor:
                 span = found.span
                 if span is not None and offset:
                     span = (span[0] + offset, span[1] + offset)
-                return Extraction(answer, name, span=span, items=items, plain=plain)
+                return Extraction(answer, name, span=span, items=items, plain=plain, raw=found.raw)
             saw_empty = True
         return Extraction(None, None, "empty_answer" if saw_empty else "no_answer")
 
@@ -553,7 +567,7 @@ class AnswerExtractor:
 def read_found(text: str, found: Found) -> tuple[str, tuple[str, ...] | None, bool]:
     """What a strategy found in ``text``, read: the answer without math delimiters, a list's
     items, and whether it is written as plain text (outside boxes and math delimiters)."""
-    if found.boxed or found.items is not None:
+    if found.boxed or found.items is not None or found.raw:
         return found.text, found.items, False
     answer, items = read_math(found.text)
     plain = items is None and answer == found.text.strip()

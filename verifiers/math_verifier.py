@@ -66,10 +66,13 @@ _CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?: \d{3})+(?:\.\d+)?|\d+,\d+)", re.ASCII)
 
 
-def parser_input(answer: str, plain: bool = False) -> str:
+def parser_input(answer: str, plain: bool = False, raw: bool = False) -> str:
     """The exact text math-verify parses for an extracted answer: a number written as plain
     text (``plain``) as it stands, anything else inside a box, so that math-verify reads that
-    text, all of it, as math."""
+    text, all of it, as math; a whole response (``raw``, the ``prose`` strategy) as written,
+    for math-verify's own extraction."""
+    if raw:
+        return answer
     if plain and _PLAIN_NUMBER.fullmatch(answer):
         return answer
     return "\\boxed{" + respell(answer) + "}"
@@ -353,7 +356,7 @@ class MathVerifier:
             "plain": extraction.plain,
             "parsed_as": None
             if extraction.answer is None or parts is not None
-            else parser_input(extraction.answer, extraction.plain),
+            else parser_input(extraction.answer, extraction.plain, extraction.raw),
         }  # fmt: skip
         info["outcome"] = outcome.to_dict()
         return info
@@ -405,10 +408,16 @@ class MathVerifier:
         item.extracted, item.strategy, item.span = found.answer, found.strategy, found.span
         if found.answer is None:
             return self._done(item, Status.INVALID, {"reason": found.reason})
-        return self._judge(item, ref.text, found.answer, ref.plain, found.plain)
+        return self._judge(item, ref.text, found.answer, ref.plain, found.plain, found.raw)
 
     def _judge(
-        self, item: _Item, ref: str, answer: str, ref_plain: bool = False, plain: bool = False
+        self,
+        item: _Item,
+        ref: str,
+        answer: str,
+        ref_plain: bool = False,
+        plain: bool = False,
+        raw: bool = False,
     ) -> _Item:
         """The fast path, the timeout memory and the verdict cache; unset status = symbolic.
         (The fast path goes first: what it decides never reaches the pool, so it is never in
@@ -418,7 +427,7 @@ class MathVerifier:
             if verdict is not None:
                 status = Status.CORRECT if verdict else Status.INCORRECT
                 return self._done(item, status, {"path": "fast"})
-        item.key = (parser_input(ref, ref_plain), parser_input(answer, plain))
+        item.key = (parser_input(ref, ref_plain), parser_input(answer, plain, raw))
         if self.timeout_memory_s > 0:
             with self._cache_lock:
                 until = self._timed_out.get(item.key)

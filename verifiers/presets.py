@@ -87,6 +87,18 @@ PRESETS.register(
     ),
 )
 
+PRESETS.register(
+    "mathverify",
+    Preset(
+        ("boxed", "prose"),
+        False,
+        "answers in prose, read as math-verify reads them, for users moving from it: the last "
+        "\\boxed{}, else math-verify's own extraction over the whole response ('Answer $9$'). "
+        "forkgym's guards stay: a cut-off box is no answer, exact numbers are compared exactly",
+        "The solution is $x \\neq 5$",
+    ),
+)
+
 
 def extractor_for(
     extract: Iterable[str], preset: str | None, *, chain_boxes: bool = True

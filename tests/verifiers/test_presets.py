@@ -71,6 +71,12 @@ CASES = {
         ("42", "<answer>42</answer>", OK),
         ("42", r"So the answer is \boxed{42", BAD),
     ],
+    "mathverify": [
+        ("9", "Answer $9$", OK),
+        ("9", "Answer $8$", NO),
+        ("42", r"so $\boxed{42}$", OK),
+        ("42", r"It is 42, so the answer is $\boxed{4", BAD),
+    ],
 }
 
 
