@@ -113,6 +113,9 @@ class RolloutBatch:
     # [P][K] (positions, values): the states of each sampled episode valued by Monte Carlo
     # continuations (agents/generation/fork_values.py; empty where none were), read from the episodes
     state_values: list[list[tuple[list[int], list[float]]]] = field(default_factory=list)
+    # [P][K] (turn starts, state keys, text keys): each sampled episode's turns and the env's
+    # state at their start, when the rollout recorded them (empty lists where it did not)
+    turn_states: list[list[tuple[list[int], list[str], list[str]]]] = field(default_factory=list)
 
     @classmethod
     def from_groups(
@@ -156,6 +159,13 @@ class RolloutBatch:
             weight_version=grid(oldest, torch.int64, (p,)),
             cost=cost or RolloutCost(),
             state_values=_state_values(groups),
+            turn_states=[
+                [
+                    (list(ep.turn_starts), list(ep.state_keys), list(ep.text_keys))
+                    for ep in g.sampled
+                ]
+                for g in groups
+            ],
             **greedy,
         )
 
@@ -197,7 +207,14 @@ class RolloutBatch:
         }
         chosen = index.tolist()
         values = [self.state_values[i] for i in chosen] if self.state_values else []
-        return replace(self, groups=[self.groups[i] for i in chosen], state_values=values, **picked)
+        turns = [self.turn_states[i] for i in chosen] if self.turn_states else []
+        return replace(
+            self,
+            groups=[self.groups[i] for i in chosen],
+            state_values=values,
+            turn_states=turns,
+            **picked,
+        )
 
     @classmethod
     def cat(cls, batches: Sequence[RolloutBatch], cost: RolloutCost) -> RolloutBatch:
@@ -208,8 +225,14 @@ class RolloutBatch:
             for f in fields(first)
             if isinstance(getattr(first, f.name), torch.Tensor)
         }
-        values = [v for b in batches for v in b.state_values]
-        return replace(first, groups=[g for b in batches for g in b.groups], cost=cost, state_values=values, **joined)  # fmt: skip
+        return replace(
+            first,
+            groups=[g for b in batches for g in b.groups],
+            cost=cost,
+            state_values=[v for b in batches for v in b.state_values],
+            turn_states=[t for b in batches for t in b.turn_states],
+            **joined,
+        )
 
     # -- views ----------------------------------------------------------------------------------
 

@@ -32,6 +32,12 @@ class Episode:
     # before the action token at value_positions[i] is worth values[i]
     value_positions: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    # the env's state at the start of each turn, when the rollout records states (an algorithm
+    # that matches them, GiGPO): where the turn's tokens start, the exact state key
+    # (TextEnv.state_key) and the text the env had shown (envs.base.observation_key)
+    turn_starts: list[int] = field(default_factory=list)
+    state_keys: list[str] = field(default_factory=list)
+    text_keys: list[str] = field(default_factory=list)
 
     @property
     def reward(self) -> float | None:

@@ -11,6 +11,7 @@ from .presets import Regime
 __all__ = [
     "EVAL_SEED",
     "VALIDATION_SEED",
+    "distinct_problems",
     "held_out_accuracy",
     "overlap",
     "regime_held_out",
@@ -30,12 +31,13 @@ def held_out_accuracy(
     episodes: int,
     held_out: bool = True,
     tasks: list[int] | None = None,
+    record: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Greedy pass@1 on ``episodes`` held-out tasks of the eval stream (:data:`EVAL_SEED`),
     drawn from the eval side of the env's content partition (``held_out``; training and SFT
     draw from its train side), with the seconds it took; the model is evaluated in eval mode
     and handed back as it was. ``tasks``: other task seeds on the same side (the validation
-    set, :func:`validation_tasks`)."""
+    set, :func:`validation_tasks`); ``record``: gets each task's outcome (``evaluate``'s)."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
@@ -57,18 +59,19 @@ def held_out_accuracy(
         seed=EVAL_SEED,
         max_new_tokens=max_new_tokens,
         tasks=tasks,
+        record=record,
     )
     model.train(was_training)
     return {**out, "time/eval": time.perf_counter() - t0}
 
 
-def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int) -> dict[str, float]:
+def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int, record: list[dict[str, Any]] | None = None) -> dict[str, float]:  # fmt: skip
     """:func:`held_out_accuracy` on a regime's task: its reported evaluation set, or, for a
     tuning run (``regime.validation``), its validation set."""
     tasks = validation_tasks(regime, episodes) if regime.validation else None
     return held_out_accuracy(
         model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes,
-        tasks=tasks,
+        tasks=tasks, record=record,
     )  # fmt: skip
 
 
@@ -132,3 +135,27 @@ def overlap(regime: Regime, episodes: int, train_draws: int = 10_000) -> dict[st
     held = set(_content_keys(regime, "eval", task_seeds(EVAL_SEED, "eval", 0, episodes)))
     trained = set(_content_keys(regime, "train", list(range(train_draws))))
     return {"eval_tasks": len(held), "train_tasks": len(trained), "overlap": len(held & trained)}
+
+
+def distinct_problems(regime: Regime, draws: int = 40_000, enough: int | None = None) -> dict[str, int]:  # fmt: skip
+    """How many distinct problems (content keys: the problem by meaning) each side of the
+    regime's partition holds, among the tasks of ``draws`` resets of the unsplit env (seeds 0,
+    1, ...: the whole task space); ``enough``: stop once each side has that many."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+    from forkgym.envs.base import content_split, on_side
+
+    env = gym.make(regime.env, **on_side(regime.env_kwargs, None)).unwrapped
+    fraction = float(regime.env_kwargs.get("eval_fraction", env.eval_fraction))
+    sides: dict[str, set[str]] = {"train": set(), "eval": set()}
+    try:
+        for seed in range(draws):
+            env.reset(seed=seed)
+            key = env.content_key(env.task)
+            sides[content_split(key, fraction)].add(key)
+            if enough is not None and min(len(v) for v in sides.values()) >= enough:
+                break
+    finally:
+        env.close()
+    return {f"{side}_problems": len(keys) for side, keys in sides.items()}

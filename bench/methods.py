@@ -100,6 +100,15 @@ _add(
     algorithm="vine",
     algorithm_kwargs=VINE,
 )
+# GiGPO: the episode level is GRPO's; the step level compares the turns of a group's branches
+# that start from the same exact env state (TextEnv.state_key), so it needs K >= 2
+_add(
+    "gigpo",
+    "GiGPO: GRPO's episode advantage plus a turn-level one relative to the group's turns from the same exact env state",
+    algorithm="gigpo",
+    estimator="grpo",
+    group=True,
+)
 _add(
     "raft",
     "rejection-sampling fine-tuning: a supervised step on the verified-correct samples",

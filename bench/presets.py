@@ -17,7 +17,8 @@ same fractions of the budget.
 * ``boundary``: the three sources of an advantage side by side (group baselines, a learned
   critic, Monte Carlo values from forks) at K = 1 and K = 8, on arithmetic (one reward per
   episode, states whose value a critic cannot read) and on CheckedSteps at two lengths (each
-  turn's tool result reveals progress); about an hour on 2 cores, so small budgets, and the
+  turn's tool result reveals progress; GiGPO's turn-level credit from matched states beside
+  them there); about an hour on 2 cores, so small budgets, and the
   learning rates the quick preset's sweep chose rather than a sweep of its own.
 """
 
@@ -155,14 +156,23 @@ _ARITH_FULL = Regime(
 )
 
 # the quick preset's sweep (docs/bench.md, 2026-12-05): methods it did not sweep take the
-# closest one's (reinforce_ema and vine: RLOO's; ppo_hybrid: PPO's)
+# closest one's (reinforce_ema and vine: RLOO's; ppo_hybrid: PPO's; gigpo: GRPO's)
 _SWEPT = {
     "reinforce_ema": {"lr": 1e-4}, "rloo": {"lr": 1e-4}, "grpo": {"lr": 1e-4},
     "remax": {"lr": 2e-4}, "raft": {"lr": 1e-4}, "sft": {"lr": 4e-4}, "vine": {"lr": 1e-4},
     "ppo": {"lr": 2e-4, "value_lr": 1e-3}, "ppo_hybrid": {"lr": 2e-4, "value_lr": 1e-3},
+    "gigpo": {"lr": 1e-4},
 }  # fmt: skip
 _BOUNDARY_METHODS = ("reinforce_ema", "remax", "rloo", "grpo", "ppo", "ppo_hybrid", "vine", "raft", "sft")  # fmt: skip
+# the multi-turn regimes add GiGPO (turn-level credit from the turns of a group that start from
+# the same env state: a single-turn episode has no later turn to credit); at K = 1 the runner
+# skips it, as it skips every group method
+_MULTI_TURN_METHODS = (*_BOUNDARY_METHODS, "gigpo")
 _STEPS = {"system_prompt": None, "digits": 1}
+# 2 steps of 1-digit numbers are 1,899 chains in all: at the default eval_fraction (0.2) the
+# eval side would hold ~360 distinct problems, too few to draw validation and evaluation sets
+# from (issue 47 asks for >= 500); half of them are held out instead (~950)
+_STEPS2 = {**_STEPS, "steps": 2, "eval_fraction": 0.5}
 _BOUNDARY_BUDGET = 30_000
 
 
@@ -187,18 +197,22 @@ _BOUNDARY = (
               "forkgym/Arithmetic-v0", _ARITH_2, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=8, episodes=16, max_new_tokens=48,
-              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64)),
+              "forkgym/CheckedSteps-v0", _STEPS2, k=8, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64),
+              methods=_MULTI_TURN_METHODS),
     _boundary("steps2-k1", "the same task at K = 1: the states' values are readable, and no group exists",
-              "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 2}, k=1, episodes=16, max_new_tokens=48,
-              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64), warm_name="steps2-k8",
+              "forkgym/CheckedSteps-v0", _STEPS2, k=1, episodes=16, max_new_tokens=48,
+              warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64),
+              methods=_MULTI_TURN_METHODS, warm_name="steps2-k8",
               ceiling_prompts=16, ceiling_stride=8, vine_error_prompts=16),
     _boundary("steps3-k8", "CheckedSteps, 3 reported steps (4 turns), K = 8: a longer episode, a sparser reward",
               "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, episodes=16, max_new_tokens=48,
-              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64)),
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64),
+              methods=_MULTI_TURN_METHODS),
     _boundary("steps3-k1", "the longer task at K = 1",
               "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, episodes=16, max_new_tokens=48,
-              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64), warm_name="steps3-k8"),
+              warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64),
+              methods=_MULTI_TURN_METHODS, warm_name="steps3-k8"),
 )  # fmt: skip
 
 PRESETS: dict[str, Preset] = {
@@ -217,7 +231,7 @@ PRESETS: dict[str, Preset] = {
                 k=8,
                 prompts_per_step=8,
                 budget_tokens=600_000,
-                methods=("rloo", "grpo", "remax", "ppo", "ppo_hybrid", "raft", "sft"),
+                methods=("rloo", "grpo", "remax", "ppo", "ppo_hybrid", "raft", "sft", "gigpo"),
                 warm_accuracy=0.25,
                 warm_max_tokens=2_000_000,
                 length_edges=(16, 32, 48, 64),

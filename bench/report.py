@@ -15,18 +15,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from forkgym.agents.generation.episode_log import read_outcomes
 from forkgym.agents.run.runlog import read_metrics
 
 from .ceiling import ceiling_table
-from .held_out import overlap
+from .held_out import distinct_problems, overlap
 from .methods import resolve_method
+from .paired import paired_compare, paired_min_detectable, seeds_needed, variance_parts
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
 from .tuning import label, tuning_table
 from .vine_error import vine_error_table
 
-__all__ = ["RunSummary", "check_report", "summarise", "verdict", "write_report"]
+__all__ = [
+    "RunSummary",
+    "anchor_lines",
+    "check_report",
+    "plan_lines",
+    "summarise",
+    "verdict",
+    "write_report",
+]
 
 _GROUPS = ("all_correct", "all_wrong", "mixed", "under_filled")
 _PHASES = ("generate", "env_and_verify", "reward", "adv", "forward_and_loss", "backward", "optimizer", "sync")  # fmt: skip
@@ -52,8 +64,23 @@ def _first_and_last(
     return out
 
 
+def _anchor_sums(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """GiGPO's anchor-group statistics summed over the steps that logged them (``{}`` for a run
+    of any other method): the per-step means, and the text-matched groups with how many of them
+    mixed exact states (each step's fraction times its count), so seeds pool by plain sums."""
+    logged = [r for r in rows if isinstance(r.get("gigpo/anchor_fraction"), (int, float))]
+    if not logged:
+        return {}
+    out = {"steps": float(len(logged))}
+    for key in ("anchor_fraction", "anchor_size_mean", "step_adv_abs_mean", "text_groups"):
+        out[key] = float(sum(r.get(f"gigpo/{key}") or 0.0 for r in logged))
+    out["text_mixed"] = float(sum((r.get("gigpo/text_groups") or 0.0) * (r.get("gigpo/text_mixed_fraction") or 0.0) for r in logged))  # fmt: skip
+    return out
+
+
 def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float, fractions: tuple[float, ...]) -> RunSummary:  # fmt: skip
     rows = read_metrics(folder)
+    recorded = read_outcomes(folder)
     kind = resolve_method(method).kind
     budget = regime.budget_tokens
     x_key = "tokens_trained" if kind == "sft" else "tokens_generated"  # SFT generates nothing
@@ -109,6 +136,9 @@ def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float
         phases={
             p: _mean(rows, f"time/{p}") for p in _PHASES if any(f"time/{p}" in r for r in rows)
         },
+        anchors=_anchor_sums(rows),
+        outcomes=None if recorded is None else list(recorded["correct"]),
+        task_seeds=None if recorded is None else list(recorded["task_seeds"]),
     )
 
 
@@ -133,12 +163,37 @@ def _fmt_int(x: float) -> str:
     return f"{x:,.0f}" if math.isfinite(x) else "-"
 
 
+def _paired_outcomes(rs: list[RunSummary]) -> tuple[tuple[int, ...], torch.Tensor] | None:
+    """A method's ``[seeds, tasks]`` per-task outcomes on one task list, with that list (None:
+    some run recorded none, or its runs were evaluated on different tasks)."""
+    lists = {tuple(r.task_seeds) for r in rs if r.task_seeds is not None}
+    if len(lists) != 1 or any(r.outcomes is None for r in rs):
+        return None
+    return lists.pop(), torch.tensor([r.outcomes for r in rs], dtype=torch.float64)
+
+
+def _compare(a: str, ra: list[RunSummary], b: str, rb: list[RunSummary], tasks: int) -> Comparison:
+    """Paired over the same tasks (:func:`paired_compare`) when both methods recorded
+    per-task outcomes on one task list; else the unpaired test (:func:`compare`)."""
+    pa, pb = _paired_outcomes(ra), _paired_outcomes(rb)
+    if pa is not None and pb is not None and pa[0] == pb[0]:
+        c = paired_compare(pa[1], pb[1], key=(a, b))
+        return Comparison(a, b, c.difference, c.se, math.inf, c.p)
+    return compare(a, [r.final for r in ra], b, [r.final for r in rb], tasks)
+
+
 def comparisons(runs: dict[str, list[RunSummary]], tasks: int) -> list[tuple[Comparison, float]]:
     """Every pair of methods (the higher mean first) with its Holm-adjusted p-value."""
-    finals = {m: [r.final for r in rs] for m, rs in runs.items() if len(rs) >= 2}
-    names = sorted(finals, key=lambda m: -statistics.fmean(finals[m]))
-    pairs = [compare(a, finals[a], b, finals[b], tasks) for i, a in enumerate(names) for b in names[i + 1 :]]  # fmt: skip
+    kept = {m: rs for m, rs in runs.items() if len(rs) >= 2}
+    names = sorted(kept, key=lambda m: -statistics.fmean(r.final for r in kept[m]))
+    pairs = [_compare(a, kept[a], b, kept[b], tasks) for i, a in enumerate(names) for b in names[i + 1 :]]  # fmt: skip
     return list(zip(pairs, holm([c.p for c in pairs]), strict=True))
+
+
+def paired(runs: dict[str, list[RunSummary]]) -> bool:
+    """Whether every method's runs recorded per-task outcomes on one shared task list."""
+    lists = [_paired_outcomes(rs) for rs in runs.values() if rs]
+    return bool(lists) and all(x is not None for x in lists) and len({x[0] for x in lists}) == 1  # type: ignore[index]
 
 
 def verdict(runs: dict[str, list[RunSummary]], tasks: int) -> str:
@@ -161,15 +216,21 @@ def verdict(runs: dict[str, list[RunSummary]], tasks: int) -> str:
         text += "Its lead is not established (not separated, Holm-corrected) over: " + ", ".join(c.b for c, ph in lead if ph >= 0.05) + ". "  # fmt: skip
     text += f"Pairs separated at family-wise 5% over {len(pairs)} comparisons: " + ("; ".join(separated) or "none") + "; "  # fmt: skip
     text += "every other pair is not separated. "
-    sds = [statistics.stdev(xs) for xs in finals.values()]
-    mean_acc = statistics.fmean(x for xs in finals.values() for x in xs)
     seeds = min(len(xs) for xs in finals.values())
-    mdd = min_detectable(statistics.fmean(sds), seeds, mean_acc, tasks, len(pairs))
-    return text + f"With {seeds} seeds, {tasks} held-out tasks and {len(pairs)} comparisons, the smallest difference this design detects with 80% power is about {mdd:.3f} (normal approximation)."  # fmt: skip
+    if paired(runs):  # the paired design's own standard errors
+        mdd = paired_min_detectable(statistics.fmean(c.se for c, _ in pairs), len(pairs))
+        how = "paired over the same tasks: a hierarchical bootstrap over seeds, then tasks"
+    else:
+        sds = [statistics.stdev(xs) for xs in finals.values()]
+        mean_acc = statistics.fmean(x for xs in finals.values() for x in xs)
+        mdd = min_detectable(statistics.fmean(sds), seeds, mean_acc, tasks, len(pairs))
+        how = "unpaired: the seeds' spread plus each method's binomial task error"
+    return text + f"With {seeds} seeds, {tasks} held-out tasks and {len(pairs)} comparisons ({how}), the smallest difference this design detects with 80% power is about {mdd:.3f} (normal approximation)."  # fmt: skip
 
 
 def _pairs_table(runs: dict[str, list[RunSummary]], tasks: int) -> list[str]:
-    lines = ["| pair | difference | standard error (seeds + tasks) | uncorrected 95% interval | p | Holm p | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    covers = "paired bootstrap: seeds, then the same tasks" if paired(runs) else "seeds + tasks, unpaired"  # fmt: skip
+    lines = [f"| pair | difference | standard error ({covers}) | uncorrected 95% interval | p | Holm p | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for c, ph in comparisons(runs, tasks):
         iv = c.interval()
         verdict_ = "separated" if ph < 0.05 else "not separated"
@@ -284,9 +345,12 @@ def write_report(
             "",
             *_pairs_table(runs, preset.eval_episodes),
             "",
-            "Held out by content: {eval_tasks} distinct held-out problems, {train_tasks} distinct "
-            "problems among 10,000 train-side draws, overlap **{overlap}**.".format(
-                **overlap(regime, preset.eval_episodes)
+            "Held out by meaning (a problem's key: the operands of a commutative operation "
+            "sorted, a whole chain, a question's normalised text): {eval_tasks} distinct held-out "
+            "problems evaluated, {train_tasks} distinct problems among 10,000 train-side draws, "
+            "overlap **{overlap}**; the task space holds {eval_problems} distinct eval-side and "
+            "{train_problems} train-side problems (of 40,000 draws).".format(
+                **overlap(regime, preset.eval_episodes), **distinct_problems(regime)
             ),
             "",
         ]
@@ -310,6 +374,7 @@ def write_report(
             body.append("")
             body += ceiling_table(out, regime, {m: [r.critic for r in rs] for m, rs in critics.items()})  # fmt: skip
         body += _vine_lines(out, regime, runs)
+        body += anchor_lines(runs)
         if "trl_grpo" in runs and "grpo" in runs:
             body += _trl_section(runs["grpo"], runs["trl_grpo"])
         body += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in pics] + [""]
@@ -348,6 +413,36 @@ def _vine_lines(out: Path, regime: Regime, runs: dict[str, list[RunSummary]]) ->
         "",
         *vine_error_table(out, regime),
     ]
+
+
+def anchor_lines(runs: dict[str, list[RunSummary]]) -> list[str]:
+    """The anchor-state table of the methods whose runs logged GiGPO's statistics, pooled over
+    every step of every seed (nothing without such runs)."""
+    logged = {m: [r.anchors for r in rs if r.anchors] for m, rs in runs.items()}
+    logged = {m: xs for m, xs in logged.items() if xs}
+    if not logged:
+        return []
+    lines = [
+        "Anchor states (gigpo): the turns of a group's branches that start from the same exact "
+        "env state form an anchor group, and each turn's step-level advantage is relative to "
+        "its group's (a turn alone gets none). Over every step of every run: the fraction of "
+        "turns in an anchor group of size >= 2, the mean anchor-group size (singletons "
+        "included), the groups of size >= 2 that matching by the observation's text would form "
+        "instead, and the fraction of those that mix exact states (pooled over them; -: none).",
+        "",
+        "| method | runs | steps | turns in anchor groups | mean anchor-group size | text-matched groups per step | text-matched groups mixing states | step-level advantage, mean size |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for method, xs in logged.items():
+        total = {key: sum(x[key] for x in xs) for key in xs[0]}
+        steps = total["steps"]
+        mixed = f"{total['text_mixed'] / total['text_groups']:.3f}" if total["text_groups"] else "-"  # fmt: skip
+        lines.append(
+            f"| {method} | {len(xs)} | {steps:.0f} | {total['anchor_fraction'] / steps:.3f} | "
+            f"{total['anchor_size_mean'] / steps:.2f} | {total['text_groups'] / steps:.2f} | "
+            f"{mixed} | {total['step_adv_abs_mean'] / steps:.3f} |"
+        )
+    return [*lines, ""]
 
 
 def _trl_section(ours: list[RunSummary], theirs: list[RunSummary]) -> list[str]:
@@ -440,3 +535,27 @@ def check_report(out: str | Path, preset: Preset, methods: list[str] | None = No
         if column not in text:
             problems.append(f"report.md has no {column!r} column")
     return problems
+
+
+def plan_lines(out: Path, preset: Preset, target: float) -> list[str]:
+    """``forkgym bench --plan``: from the finished runs in ``out`` (a pilot), per regime and
+    pair of methods with per-task outcomes on one task list, the pilot's variance split into
+    its seeds' and tasks' parts and the seeds per method a minimum detectable difference of
+    ``target`` needs over the regime's pairs (Holm's first step, power 0.8)."""
+    lines = [f"Seeds per method for a minimum detectable difference of {target:.3f} (80% power, Holm over each regime's pairs), from the pilot in {out}:", ""]  # fmt: skip
+    for name, (_, runs) in _collect(out, preset).items():
+        recorded = {m: x for m, rs in runs.items() if len(rs) >= 2 and (x := _paired_outcomes(rs))}  # fmt: skip
+        names = sorted(recorded)
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if recorded[a][0] == recorded[b][0]]  # fmt: skip
+        if not pairs:
+            lines += [f"{name}: no two methods with 2+ seeds of per-task outcomes on one task list", ""]  # fmt: skip
+            continue
+        lines += [f"{name} ({len(pairs)} pairs):", "", "| pair | seeds now | tasks | seed variance | task variance | seeds needed |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for a, b in pairs:
+            (tasks, xa), (_, xb) = recorded[a], recorded[b]
+            run_var, task_var = variance_parts(xa, xb)
+            need = seeds_needed(run_var, task_var, len(tasks), target, len(pairs))
+            shown = "more tasks needed" if math.isinf(need) else str(need)
+            lines.append(f"| {a} − {b} | {min(len(xa), len(xb))} | {len(tasks)} | {run_var:.5f} | {task_var:.4f} | {shown} |")  # fmt: skip
+        lines.append("")
+    return lines

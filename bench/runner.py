@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from forkgym.agents.generation.episode_log import write_outcomes
 from forkgym.agents.run.config import TrainConfig
 from forkgym.agents.seeds import child_seed
 
@@ -51,8 +52,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) -> dict[str, Any]:
     """The regime's starting policy (cached in ``OUT/REGIME/warm``): SFT on gold
-    demonstrations until held-out greedy accuracy reaches ``regime.warm_accuracy``, checked
-    every 2,000 tokens or so (or for ``warm_max_tokens`` when it is None)."""
+    demonstrations until greedy accuracy on the validation tasks (eval side, none of the
+    reported ones: the stopping rule never reads the reported set) reaches
+    ``regime.warm_accuracy``, checked every 2,000 tokens or so (or for ``warm_max_tokens``
+    when it is None). Its accuracy on the reported set is recorded once it has stopped."""
     from forkgym.agents.models import load_policy_model
     from forkgym.agents.run.sft import sft
 
@@ -64,11 +67,12 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
         shutil.rmtree(folder)
     seen: dict[str, float] = {}
     target = regime.warm_accuracy
+    validating = dataclasses.replace(regime, validation=True)
 
     def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
-        acc = regime_held_out(model, tokenizer, regime, preset.eval_episodes)["eval_accuracy"]
+        acc = regime_held_out(model, tokenizer, validating, preset.eval_episodes)["eval_accuracy"]
         seen.update(accuracy=acc, tokens=tokens)
-        log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> held-out {acc:.3f}")
+        log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> validation {acc:.3f}")
         return target is not None and acc >= target
 
     t0 = time.perf_counter()
@@ -84,17 +88,19 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
         check_every=10,
     )
     model, tokenizer = load_policy_model(folder)
-    start = regime_held_out(model, tokenizer, regime, preset.eval_episodes)
-    if target is not None and start["eval_accuracy"] < target:
+    validated = regime_held_out(model, tokenizer, validating, preset.eval_episodes)
+    if target is not None and validated["eval_accuracy"] < target:
         raise RuntimeError(
-            f"{regime.name}: the warm start reached {start['eval_accuracy']:.3f} < {target} "
-            f"after {result['tokens']:,} SFT tokens"
+            f"{regime.name}: the warm start reached {validated['eval_accuracy']:.3f} < {target} "
+            f"on the validation tasks after {result['tokens']:,} SFT tokens"
         )
+    start = regime_held_out(model, tokenizer, regime, preset.eval_episodes)
     info = {
         "model": str(folder),
         "sft_tokens": int(result["tokens"]),
         "seconds": time.perf_counter() - t0,
         "accuracy": start["eval_accuracy"],
+        "validation_accuracy": validated["eval_accuracy"],
         "eval_infra_failures": start["eval_infra_failures"],
     }
     _write_json(marker, info)
@@ -172,7 +178,9 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
             "time/step": now - state["clock"],
         }
         if any(state["total"] < m <= tokens for m in marks):
-            row.update(regime_held_out(model_, tokenizer, regime, preset.eval_episodes))
+            outcomes: list[dict[str, Any]] = []
+            row.update(regime_held_out(model_, tokenizer, regime, preset.eval_episodes, outcomes))
+            write_outcomes(folder / "eval" / f"version_{state['step']:07d}.json", outcomes, state["step"])  # fmt: skip
         state["total"] = tokens
         metrics.write(json.dumps(row) + "\n")
         metrics.flush()

@@ -37,6 +37,14 @@ class RunSummary:
     vine: dict[str, float] = field(default_factory=dict)  # vine's values' explained variance
     strata: dict[str, float] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # mean seconds per step, by phase
+    # gigpo's anchor-group statistics summed over the steps that logged them (empty otherwise):
+    # steps, anchor_fraction, anchor_size_mean, step_adv_abs_mean (sums of the per-step
+    # values), text_groups and text_mixed (text-matched groups, and those mixing exact states)
+    anchors: dict[str, float] = field(default_factory=dict)
+    # the last evaluation's greedy outcome per held-out task (RUN/eval/), in task order, and
+    # the tasks' seeds: what a comparison paired task by task reads (None: not recorded)
+    outcomes: list[int] | None = None
+    task_seeds: list[int] | None = None
 
     @property
     def final(self) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .exact_eval import check_expression_shape, random_expression
+from .exact_eval import check_expression_shape, expression_key, random_expression
 from .math_env import ANSWER_INSTRUCTION, MathEnv
 from .task import Draws, Task
 
@@ -72,6 +72,11 @@ class ArithmeticEnv(MathEnv):
             "instruction": instruction,
         }
         super().__init__(config=config, max_attempts=max_attempts, **common)
+
+    def content_key(self, task: Task) -> str:
+        """The expression with its commutative parts in one order (:func:`expression_key`):
+        ``45 + 23`` and ``23 + 45`` are one problem, here and in every env that poses it."""
+        return "expression: " + expression_key(task.data["expression"])
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
         draw = Draws(rng, 2 * self.terms)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -39,7 +40,15 @@ from .grading import Verifier, default_verifier
 from .spaces import DEFAULT_MAX_CHARS, UnicodeText, chat_observation_space
 from .task import Task
 
-__all__ = ["SPLITS", "TextEnv", "Turn", "content_split", "derived_pcg64_state", "on_side"]
+__all__ = [
+    "SPLITS",
+    "TextEnv",
+    "Turn",
+    "content_split",
+    "derived_pcg64_state",
+    "observation_key",
+    "on_side",
+]
 
 SPLITS = ("train", "eval")
 MAX_SPLIT_DRAWS = 10_000  # task ids drawn at most for one reset into a split
@@ -62,13 +71,23 @@ def on_side(env_kwargs: Mapping[str, Any], side: str | None) -> dict[str, Any]:
 
 def content_split(content: str, eval_fraction: float) -> str:
     """``"eval"`` or ``"train"``: which side of the held-out partition a task falls on, by a
-    hash of its content (:meth:`TextEnv.content_key`: the prompt without the env's answer-format
-    instruction, whitespace normalised), never by its seed. Every problem with the same text is
-    on the same side in any env configuration, process or run, so a model is evaluated only on
-    problems it never saw as a training prompt or a demonstration."""
+    hash of the problem it poses (:meth:`TextEnv.content_key`: the problem's parameters, or
+    its normalised text), never by its seed. Every problem is on the same side in any env
+    configuration, process or run, however it is worded, so a model is evaluated only on
+    problems it never saw, in any form, as a training prompt or a demonstration."""
     text = " ".join(content.split()).encode()
     digest = hashlib.blake2b(text, digest_size=8, person=b"forkgym-split").digest()
     return "eval" if int.from_bytes(digest, "little") < eval_fraction * 2**64 else "train"
+
+
+def observation_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A digest of what the env has shown since the policy last spoke: every message after the
+    last assistant one (the prompt at the start; a tool's reply later). Matching states by
+    this text is what verl-agent's GiGPO does; :meth:`TextEnv.state_key` is the exact match."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    shown = [[m.get("role"), str(m.get("content"))] for m in messages[last + 1 :]]
+    blob = json.dumps(shown).encode()
+    return hashlib.blake2b(blob, digest_size=16, person=b"forkgym-text").hexdigest()
 
 
 _ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
@@ -127,6 +146,10 @@ class TextEnv(gym.Env[dict[str, Any], str]):
     # sentences a prompt may carry that say how to answer, not what the problem is (left out of
     # content_key, so an env with and without them splits its problems alike)
     instruction_texts: ClassVar[tuple[str, ...]] = ()
+    # get_state() holds everything that decides the rest of the episode, so state_key() is an
+    # exact digest of the world state; an env keeping state elsewhere (a live connection, a
+    # stateful remote tool) sets False, and algorithms that match states refuse it
+    exact_state: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -284,12 +307,15 @@ class TextEnv(gym.Env[dict[str, Any], str]):
         return self._observation(), {"task_id": self.task.task_id, "turn": 0, "status": None}
 
     def content_key(self, task: Task) -> str:
-        """The problem's text for the held-out partition: the prompt without
-        :attr:`instruction_texts`, whitespace normalised."""
+        """The problem itself, for the held-out partition: tasks that pose the same problem
+        have one key, however they are worded. By default the prompt without
+        :attr:`instruction_texts`, Unicode-normalised (NFKC), case-folded and with its
+        whitespace collapsed; a procedural env whose tasks say one problem in several ways
+        (``45 + 23`` and ``23 + 45``) keys them by their parameters instead."""
         text = task.prompt
         for sentence in self.instruction_texts:
             text = text.replace(sentence, " ")
-        return " ".join(text.split())
+        return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
     def _draw_task(self) -> Task:
         """The next task from ``np_random``: the first drawn on this env's side of the content
@@ -414,6 +440,36 @@ class TextEnv(gym.Env[dict[str, Any], str]):
             "episode": self._episode,
         }
         return json.loads(json.dumps(state))  # a deep copy that proves it is JSON
+
+    def state_key_data(self) -> Any:
+        """The per-episode data as :meth:`state_key` reads it: :meth:`initial_episode`'s dict
+        as the episode left it. An env whose episode data records the same state in more than
+        one form (a list of things done, in the order they were done) returns one canonical
+        form of it here."""
+        return self._episode
+
+    def state_key(self) -> str:
+        """A digest (32 hex digits) of the world state: what decides every later observation and
+        reward whatever the policy does next. It covers the env's configuration (the
+        fingerprint), the task, the turn (the turn budget and tool call ids depend on it),
+        whether the episode is over, the per-episode data (:meth:`state_key_data`: progress,
+        tool state) and the RNG state; it leaves out the wording of the conversation, so two
+        branches that said the same thing in other words are in one state. A pure function
+        of those values in any process (no Python ``hash``)."""
+        if not self.exact_state:
+            raise NotImplementedError(
+                f"{type(self).__name__} keeps state outside get_state(): it has no exact state key"
+            )
+        state = {
+            "fingerprint": self.fingerprint,
+            "task_id": None if self._task is None else self._task.task_id,
+            "turn": self._turn,
+            "done": self._done,
+            "episode": self.state_key_data(),
+            "rng": self.np_random.bit_generator.state,
+        }
+        blob = json.dumps(state, sort_keys=True, default=str).encode()
+        return hashlib.blake2b(blob, digest_size=16, person=b"forkgym-state").hexdigest()
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("fingerprint") != self.fingerprint:

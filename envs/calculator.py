@@ -15,6 +15,7 @@ from .exact_eval import (
     ExpressionError,
     check_expression_shape,
     evaluate,
+    expression_key,
     format_number,
     random_expression,
 )
@@ -60,6 +61,11 @@ class CalculatorEnv(ToolEnv):
             "solution_style": solution_style,
         }
         super().__init__(config=config, tool_parser=tool_parser, max_turns=max_turns, **common)
+
+    def content_key(self, task: Task) -> str:
+        """The expression with its commutative parts in one order (:func:`expression_key`):
+        ``45 + 23`` and ``23 + 45`` are one problem, here and in every env that poses it."""
+        return "expression: " + expression_key(task.data["expression"])
 
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
         expression, answer, _ = random_expression(

@@ -105,6 +105,13 @@ class CheckedStepsEnv(ToolEnv):
             data={"start": start, "operations": ops, "values": values},
         )
 
+    def content_key(self, task: Task) -> str:
+        """The whole chain (start and every operation), not the prompt, which shows only the
+        first: two chains that begin alike are different problems."""
+        data = task.data
+        chain = " ".join(f"{op} {n}" for op, n in data["operations"])
+        return f"checked steps: {data['start']} {chain}"
+
     def initial_episode(self, task: Task) -> dict[str, Any]:
         return {"reported": 0, "broken": False}
 

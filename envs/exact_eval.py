@@ -22,6 +22,7 @@ __all__ = [
     "check_expression_shape",
     "evaluate",
     "evaluate_terms",
+    "expression_key",
     "format_number",
     "random_expression",
 ]
@@ -119,6 +120,36 @@ def evaluate_terms(numbers: list[int], ops: list[str]) -> Fraction:
         else:
             raise ExpressionError(f"unsupported operator {op!r}")
     return Fraction(total + sign * term)
+
+
+def expression_key(expression: str) -> str:
+    """The problem a flat expression (``n0 op0 n1 op1 ...``, numbers and ``+ - * /`` apart by
+    spaces, as :func:`random_expression` writes it) poses, whatever order its commutative parts
+    are written in: a sum of signed terms, each term its multiplied and divided factors, every
+    multiset sorted. ``45 + 23`` and ``23 + 45`` have one key, as have ``2 * 3 - 4 / 5`` and
+    ``-4 / 5 + 3 * 2`` would; two expressions with one key have one value."""
+    parts = expression.split()
+    numbers, ops = parts[::2], parts[1::2]
+    if not numbers or len(numbers) != len(ops) + 1 or not set(ops) <= set("+-*/"):
+        raise ValueError(f"not a flat expression of numbers and + - * /: {expression!r}")
+    terms: list[str] = []
+    sign, above, below = "+", [numbers[0]], []  # the term being read
+    for op, n in zip([*ops, "+"], [*numbers[1:], ""], strict=True):
+        if op == "*":
+            above.append(n)
+        elif op == "/":
+            below.append(n)
+        else:
+            factors = "*".join(sorted(above, key=_number_order))
+            if below:
+                factors += "/" + "*".join(sorted(below, key=_number_order))
+            terms.append(sign + factors)
+            sign, above, below = op, [n], []
+    return " ".join(sorted(terms))
+
+
+def _number_order(text: str) -> tuple[int, str]:
+    return (len(text), text)
 
 
 def format_number(value: Fraction) -> str:

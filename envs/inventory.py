@@ -121,6 +121,10 @@ class InventoryEnv(ToolEnv):
     def initial_episode(self, task: Task) -> dict[str, Any]:
         return {"searched": [], "known": []}
 
+    def state_key_data(self) -> dict[str, Any]:
+        """What was searched and fetched, as sets: the order of the calls decides nothing."""
+        return {key: sorted(set(values)) for key, values in self.episode.items()}
+
     @tool("List the SKUs, names and warehouses of the items in a category.", category="string")
     def search_items(self, category: str) -> ToolResult:
         found = [

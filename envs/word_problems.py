@@ -73,6 +73,11 @@ class WordProblemsEnv(MathEnv):
         self.steps = steps
         super().__init__(config={"steps": steps}, max_attempts=max_attempts, **common)
 
+    def content_key(self, task: Task) -> str:
+        """The chain of computations the story asks for (``12 + 3 * 4 = 24; 24 - 5 = 19``),
+        without the story: the same numbers told of another person or thing are one problem."""
+        return "word problem: " + "; ".join(task.data["steps"])
+
     def generate_task(self, rng: np.random.Generator, task_id: str) -> Task:
         draw = Draws(rng, 3 + 4 * self.steps)
         name = draw.pick(NAMES)

@@ -2,10 +2,10 @@
 
 ``shaping.py`` adds the optional reward terms (DAPO's overlong punishment, a KL penalty in the
 reward). ``base.py`` is the seam: :class:`Algorithm`, :class:`Advantages` and the
-:data:`ALGORITHMS` registry. The built-in algorithms: ``algorithms.py`` (``critic_free``, a
+:data:`ALGORITHMS` registry. The built-in algorithms: ``algorithms.py`` (``critic_free.py``: a
 registered estimator of ``estimators.py`` over the ``[P, K]`` grid), ``ppo.py`` (a learned
-critic, ``critic.py``'s GAE), ``vine.py`` (Monte Carlo values from exact forks) and ``raft.py``
-(rejection sampling).
+critic, ``critic.py``'s GAE), ``vine.py`` (Monte Carlo values from exact forks), ``raft.py``
+(rejection sampling) and ``gigpo.py`` (anchor-state groups of exact env states).
 """
 
 from typing import TYPE_CHECKING
@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from forkgym.surface import surface
 
 if TYPE_CHECKING:
-    from .algorithms import ALGORITHMS, CriticFree, build_algorithm
+    from .algorithms import ALGORITHMS, build_algorithm
     from .base import Advantages, Algorithm
+    from .critic_free import CriticFree
     from .estimators import ESTIMATORS, get_estimator
     from .shaping import RewardShaping
 
@@ -34,7 +35,7 @@ __getattr__, __dir__ = surface(
         "ALGORITHMS": ".algorithms",
         "Advantages": ".base",
         "Algorithm": ".base",
-        "CriticFree": ".algorithms",
+        "CriticFree": ".critic_free",
         "ESTIMATORS": ".estimators",
         "RewardShaping": ".shaping",
         "build_algorithm": ".algorithms",

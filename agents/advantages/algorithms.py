@@ -10,19 +10,18 @@ Algorithms implement :class:`~forkgym.agents.advantages.base.Algorithm`, are reg
   policy takes a supervised step on them (:mod:`forkgym.agents.advantages.raft`).
 * ``vine``: VinePPO; Monte Carlo values of states inside each episode, from continuations
   on exact forks of the env, and segment advantages between them (:mod:`forkgym.agents.advantages.vine`).
+* ``gigpo``: GiGPO; the episode estimator plus a turn-level advantage relative to the turns
+  of the group that start from the same exact env state (:mod:`forkgym.agents.advantages.gigpo`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from ..batch import RolloutBatch, TokenBatch
-from ..run.config import TrainConfig, option_problems
-from . import ppo, raft, vine  # noqa: F401 - register "ppo", "raft" and "vine"
+from ..run.config import TrainConfig
+from . import gigpo, ppo, raft, vine  # noqa: F401 - register "gigpo", "ppo", "raft" and "vine"
 from .base import ALGORITHMS, Advantages, Algorithm
-from .estimators import ESTIMATORS, get_estimator
+from .critic_free import CriticFree
 
 __all__ = ["ALGORITHMS", "Advantages", "Algorithm", "CriticFree", "build_algorithm"]
 
@@ -30,43 +29,3 @@ __all__ = ["ALGORITHMS", "Advantages", "Algorithm", "CriticFree", "build_algorit
 def build_algorithm(config: TrainConfig, model: torch.nn.Module) -> Algorithm:
     """The configured algorithm for the policy ``model`` (which a critic may copy)."""
     return ALGORITHMS.build(config.algorithm, config=config, model=model, **config.algorithm_kwargs)
-
-
-@ALGORITHMS.register("critic_free")
-class CriticFree(Algorithm):
-    """A registered estimator over the ``[P, K]`` rewards; one advantage per response.
-
-    Its options are the estimator's (``estimator_kwargs``); it takes no others.
-    """
-
-    @classmethod
-    def check_options(cls, config: TrainConfig) -> list[str]:
-        """The estimator's needs and options against the config."""
-        factory = ESTIMATORS.get(config.estimator)
-        if factory is None:
-            return []  # an unknown name is reported with the other names
-        problems = []
-        if factory.needs_group and config.k < 2:
-            problems.append(
-                f"estimator {config.estimator!r} compares rollouts of a task and needs k >= 2"
-            )
-        return problems + option_problems("estimator_kwargs", factory, config.estimator_kwargs)
-
-    def __init__(self, config: TrainConfig, model: torch.nn.Module | None = None) -> None:
-        self.estimator = get_estimator(config.estimator, **config.estimator_kwargs)
-        self.needs_greedy = self.estimator.needs_greedy
-
-    def advantages(self, batch: RolloutBatch, tokens: TokenBatch) -> Advantages:
-        greedy = {}
-        if self.needs_greedy:
-            greedy = {"greedy": batch.greedy_rewards, "greedy_valid": batch.greedy_valid}
-        grid, stats = self.estimator(batch.rewards, batch.valid, **greedy)
-        rows = grid.reshape(-1)[tokens.index].to(torch.float32)
-        return Advantages(rows, grid, {f"est/{k}": v for k, v in stats.items()})
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"estimator": self.estimator.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("estimator") is not None:
-            self.estimator.load_state_dict(state["estimator"])

@@ -8,8 +8,8 @@ value model) and train them in :meth:`Algorithm.update`, after the policy's upda
 returns from ``update`` is logged, and its ``state_dict`` is checkpointed. It declares what
 it needs from the rollouts and the run as attributes of :class:`Algorithm`, the base every
 registered algorithm extends, with defaults for what it does not need (``needs_greedy``,
-``token_advantages``, ``owns_model``, ``fork_values``), and checks its own options against a
-configuration (:meth:`Algorithm.check`). The trainer and the configuration read those; no
+``token_advantages``, ``owns_model``, ``fork_values``, ``needs_states``), and checks its own
+options against a configuration (:meth:`Algorithm.check`). The trainer and the configuration read those; no
 code checks an algorithm's name or probes it for a member.
 
 This module holds the seam alone (no algorithm), so the configuration can check names
@@ -74,6 +74,9 @@ class Algorithm:
     # what generation runs on every kept batch (the states' Monte Carlo values land on the
     # episodes, their tokens in the step's cost); None: nothing
     fork_values: ForkValues | None = None
+    # the rollouts record each turn's start state (RolloutBatch.turn_states): the env's exact
+    # state key, which the algorithm matches across branches
+    needs_states: ClassVar[bool] = False
 
     def __init__(
         self, config: TrainConfig, model: torch.nn.Module | None = None, **options: Any

@@ -6,6 +6,10 @@ run), beside its task, branch, outcome and length, and whether it went into the 
 batch (``kept``: a valid sampled episode of a group that was not dropped as too stale). It is written when ``TrainConfig.log_episodes`` says so,
 which asynchronous runs do by default. Under data parallelism it holds rank 0's share. After
 a resume from step s, lines past s are dropped, as in ``metrics.jsonl``.
+
+``RUN_DIR/eval/version_NNNNNNN.json`` (rank 0, every run): one evaluation's greedy outcome
+per held-out task, in task order, with the version of the weights evaluated
+(:func:`write_outcomes`, :func:`read_outcomes`): what a comparison paired task by task reads.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from ..batch import RolloutBatch
 from ..run.runlog import open_for_steps, read_jsonl
 
-__all__ = ["EpisodeLog", "episode_records", "read_episodes"]
+__all__ = ["EpisodeLog", "episode_records", "read_episodes", "read_outcomes", "write_outcomes"]
 
 
 def episode_records(
@@ -64,3 +68,25 @@ class EpisodeLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def write_outcomes(path: Path, outcomes: list[dict[str, Any]], version: int) -> None:
+    """One evaluation's per-task outcomes (``evaluate(record=...)``) to ``path``, whole or
+    not at all (written beside, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "weight_version": version,
+        "task_seeds": [o["task_seed"] for o in outcomes],
+        "task_ids": [o["task_id"] for o in outcomes],
+        "correct": [int(o["correct"]) for o in outcomes],
+        "valid": [int(o["valid"]) for o in outcomes],
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(path)
+
+
+def read_outcomes(run_dir: Path) -> dict[str, Any] | None:
+    """The last evaluation's per-task outcomes of a run (None: it wrote none)."""
+    files = sorted((Path(run_dir) / "eval").glob("version_*.json"))
+    return json.loads(files[-1].read_text()) if files else None

@@ -51,6 +51,7 @@ def evaluate(
     progress: ProgressCallback | None = None,
     chunk: int = 16,
     tasks: Sequence[int] | None = None,
+    record: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """``eval_accuracy`` (greedy pass@1) over ``episodes`` tasks; ``eval_pass@k`` if k > 0.
 
@@ -59,7 +60,9 @@ def evaluate(
     ``progress(what, done, total)`` the tasks go to the policy ``chunk`` at a time (the
     same tasks and sampling seeds, so the same results up to the float noise of batch
     composition), and it is told after each chunk; without it, all at once. ``tasks``: the
-    task seeds to use instead of the stream's (the benchmark's validation set).
+    task seeds to use instead of the stream's (the benchmark's validation set). ``record``:
+    a list that gets each task's greedy outcome, in task order (``task_seed``, ``task_id``,
+    ``correct``, ``valid``), for comparisons paired task by task.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
@@ -70,6 +73,17 @@ def evaluate(
         make_env, policy, tokenizer, k=0, greedy=True, max_new_tokens=max_new_tokens, seed=seed
     )
     batches = _collect(greedy, seeds, "eval-greedy", "pass@1", progress, chunk)
+    if record is not None:
+        for b in batches:
+            for p, group in enumerate(b.groups):
+                record.append(
+                    {
+                        "task_seed": group.task_seed,
+                        "task_id": group.task_id,
+                        "correct": bool(b.greedy_correct[p]),
+                        "valid": bool(b.greedy_valid[p]),
+                    }
+                )
     out = {
         "eval_accuracy": sum(int(b.greedy_correct.sum()) for b in batches) / episodes,
         "eval_infra_failures": float(sum(int((~b.greedy_valid).sum()) for b in batches)),

@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from forkgym.envs.base import observation_key
+
 from ..batch import RolloutBatch, RolloutCost
 from ..episode import Episode, Group
 from ..seeds import sampling_seed
@@ -151,8 +153,12 @@ class Rollouts:
         top_p: float = 1.0,
         max_new_tokens: int = 24,
         seed: int = 0,
+        record_states: bool = False,
     ) -> None:
+        """``record_states``: keep each sampled turn's start, exact state key and observation
+        text key on its episode (``Episode.turn_starts``, ``state_keys``, ``text_keys``)."""
         self.make_env = make_env
+        self.record_states = record_states
         self.policy = policy
         self.tokenizer = tokenizer
         self.k, self.greedy = k, greedy
@@ -219,6 +225,11 @@ class Rollouts:
         done_at: dict[int, float] = {}
         turn = 0
         while live:
+            if self.record_states:
+                for episode, env, messages in live:
+                    episode.turn_starts.append(len(episode.token_ids))
+                    episode.state_keys.append(env.unwrapped.state_key())
+                    episode.text_keys.append(observation_key(messages))
             requests = [
                 GenerationRequest(
                     tuple(ep.token_ids), self._params(ep, stream, step, turn, keys[ep.group])

@@ -42,7 +42,7 @@ from .backends.policy import Policy
 from .backends.registry import BACKENDS, build_policy
 from .collect import Collector
 from .engine_pool import EnginePool
-from .episode_log import EpisodeLog, episode_records
+from .episode_log import EpisodeLog, episode_records, write_outcomes
 from .evaluate import evaluate
 from .fork_values import ForkValues
 from .ledger import GenerationLedger
@@ -96,11 +96,13 @@ class Generation:
         world: World,
         greedy: bool,
         values: ForkValues | None = None,
+        states: bool = False,
         verifier: Any | None = None,
         run_id: str = "",
     ) -> None:
         """``greedy``: collect one greedy branch per task, ``values``: value the states of
-        the sampled episodes by Monte Carlo continuations (the algorithm declares both);
+        the sampled episodes by Monte Carlo continuations, ``states``: record the env's state
+        key at each turn's start (the algorithm declares all three);
         ``verifier``: grade with this object instead of the env's default or
         ``config.verifier_url``'s service."""
         self.config, self.policy, self.tokenizer, self.world = config, policy, tokenizer, world
@@ -119,6 +121,7 @@ class Generation:
             top_p=config.top_p,
             max_new_tokens=config.max_new_tokens,
             seed=config.seed,
+            record_states=states,
         )
         self.collector = Collector(
             self.rollouts,
@@ -130,6 +133,8 @@ class Generation:
             values=values,
         )
         self.episode_log: EpisodeLog | None = None
+        # RUN_DIR/eval/: each evaluation's per-task outcomes (rank 0; see open_episode_log)
+        self.outcomes_dir: Path | None = None
         # batches generated ahead with older weights, handed out first (asynchronous; a
         # checkpoint keeps them)
         self.ahead: dict[int, Collected] = {}
@@ -161,6 +166,8 @@ class Generation:
             wanted = self.log_episodes_by_default
         if wanted and self.world.main:
             self.episode_log = EpisodeLog(run_dir, resume_step=resume_step)
+        if self.world.main:
+            self.outcomes_dir = run_dir / "eval"
 
     # -- a step ---------------------------------------------------------------------------------
 
@@ -198,6 +205,7 @@ class Generation:
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics, with the seconds they took as ``time/eval``."""
         config, stages = self.config, Stages()
+        outcomes: list[dict[str, Any]] = []
         with stages("eval"), self.engine():
             out = evaluate(
                 self.policy,
@@ -208,7 +216,11 @@ class Generation:
                 k=config.eval_k,
                 max_new_tokens=config.max_new_tokens,
                 temperature=config.temperature,
+                record=outcomes,
             )
+        if self.outcomes_dir is not None:  # one file per evaluation, by the weights' version
+            version = self.policy.weight_version
+            write_outcomes(self.outcomes_dir / f"version_{version:07d}.json", outcomes, version)
         return {**out, **stages.metrics()}
 
     # -- checkpoints and the end -----------------------------------------------------------------

@@ -176,11 +176,15 @@ class TrainConfig:
         default="critic_free",
         metadata=_alg(
             "`critic_free` (an estimator), `ppo` (a learned critic), `vine` (Monte Carlo "
-            "values from forks) or `raft` (rejection sampling)"
+            "values from forks), `gigpo` (the estimator plus turn-level groups of exact env "
+            "states) or `raft` (rejection sampling)"
         ),
     )
     algorithm_kwargs: dict[str, Any] = field(
-        default_factory=dict, metadata=_alg("the algorithm's options (ppo: `gamma`, `lam`, ...)")
+        default_factory=dict,
+        metadata=_alg(
+            "the algorithm's options (ppo: `gamma`, `lam`, ...; gigpo: `omega`, `gamma`, `step_std`)"
+        ),
     )
     estimator: str = field(
         default="rloo",

@@ -82,6 +82,7 @@ class Trainer:
         self.generation = build_generation(
             config, policy, self.tokenizer, world=self.world,
             greedy=self.algorithm.needs_greedy, values=self.algorithm.fork_values,
+            states=self.algorithm.needs_states,
             verifier=verifier, run_id=self.run_dir.name,
         )  # fmt: skip
         budget = self.generation.max_episode_tokens

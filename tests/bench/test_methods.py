@@ -58,3 +58,34 @@ def test_trl_is_kept_to_single_turn_regimes():
     turns = {r.name: _max_turns(r) for r in PRESETS["full"].regimes}
     assert turns["arithmetic-k8"] == 1 and turns["calculator-k8"] > 1
     assert not any("trl_grpo" in r.methods for r in PRESETS["full"].regimes if turns[r.name] > 1)
+
+
+def test_gigpo_is_grpo_at_the_episode_level_and_a_valid_config_on_a_multi_turn_regime(tmp_path):
+    method = resolve_method("gigpo")
+    assert method.kind == "rl" and method.needs_group
+    assert method.overrides == {"algorithm": "gigpo", "estimator": "grpo"}
+    preset = PRESETS["boundary"]
+    regime = next(r for r in preset.regimes if r.name == "steps2-k8")
+    config = _train_config(regime, preset, method, 0, "m", tmp_path)
+    assert config.algorithm == "gigpo" and config.estimator == "grpo" and config.k == 8
+    with pytest.raises(ValueError, match="k >= 2"):
+        TrainConfig(**{**method.overrides, "env": regime.env, "k": 1, "prompts_per_step": 4})
+
+
+def test_gigpo_is_in_every_multi_turn_regime_and_in_no_single_turn_one():
+    from forkgym.bench.runner import _max_turns
+
+    for name in ("boundary", "full"):
+        for regime in PRESETS[name].regimes:
+            multi = _max_turns(regime) > 1
+            if multi and regime.k >= 2:
+                assert "gigpo" in regime.methods, (name, regime.name)
+            if not multi:
+                assert "gigpo" not in regime.methods, (name, regime.name)
+    boundary = {r.name: r for r in PRESETS["boundary"].regimes}
+    for regime in ("steps2-k8", "steps3-k8"):
+        assert "gigpo" in boundary[regime].methods
+    for regime in ("arithmetic-k8", "arithmetic-k1"):
+        assert "gigpo" not in boundary[regime].methods
+    # not swept by the quick preset: it trains at GRPO's chosen setting
+    assert boundary["steps2-k8"].fixed["gigpo"] == boundary["steps2-k8"].fixed["grpo"]

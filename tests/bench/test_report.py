@@ -4,9 +4,10 @@ import json
 import math
 
 import pytest
+import torch
 
 from forkgym.bench.presets import PRESETS
-from forkgym.bench.report import summarise, verdict
+from forkgym.bench.report import _pairs_table, summarise, verdict
 
 REGIME = PRESETS["smoke"].regimes[0]  # budget 400
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -41,13 +42,37 @@ def test_accuracy_at_a_mark_is_the_first_evaluation_past_it_and_the_budget_is_ch
     assert not short.within_budget and math.isnan(short.at[1.0])
 
 
-def _fake(final):
+def _fake(final, outcomes=None, tasks=None):
     class S:
         pass
 
     s = S()
     s.final = final
+    s.outcomes, s.task_seeds = outcomes, tasks
     return s
+
+
+def test_methods_evaluated_on_the_same_tasks_are_compared_paired():
+    """b gets right what a gets right, less 20 of 400 tasks, in every seed: unpaired, 0.05 on
+    400 tasks is within the two binomial errors; paired task by task it is not."""
+    tasks = list(range(400))
+    right = [1] * 200 + [0] * 200
+    worse = [1] * 180 + [0] * 220
+
+    def runs(paired_):
+        return {
+            "a": [_fake(0.5, right if paired_ else None, tasks) for _ in range(3)],
+            "b": [_fake(0.45, worse if paired_ else None, tasks) for _ in range(3)],
+        }
+
+    assert "a above b" not in verdict(runs(False), 400)
+    text = verdict(runs(True), 400)
+    assert "a above b" in text and "paired over the same tasks" in text
+    assert "seeds, then the same tasks" in "\n".join(_pairs_table(runs(True), 400))
+    # other task lists: no pairing
+    other = runs(True)
+    other["b"] = [_fake(0.45, worse, list(range(1, 401))) for _ in range(3)]
+    assert "a above b" not in verdict(other, 400)
 
 
 def test_a_verdict_claims_a_win_only_when_every_corrected_test_separates_it():
@@ -76,3 +101,96 @@ def test_holm_corrects_for_the_number_of_pairs():
     runs.update({f"m{i}": [_fake(0.55 + 0.01 * j) for j in (-1, 0, 1)] for i in range(8)})
     [(pair, holm_p)] = [(c, ph) for c, ph in comparisons(runs, 10**6) if {c.a, c.b} == {"a", "b"}]
     assert pair.p < 0.05 <= holm_p
+
+
+# (anchor_fraction, anchor_size_mean, text_groups, text_mixed_fraction, step_adv_abs_mean) per
+# step, or None for a step that logged none (a step with no tokens to train on)
+ANCHORS = {
+    0: [(0.5, 2.0, 2.0, 0.5, 0.1), (0.7, 3.0, 4.0, 0.25, 0.3)],
+    1: [(0.6, 2.0, 0.0, 0.0, 0.2), None, (0.8, 3.0, 2.0, 1.0, 0.2)],
+}
+
+
+def _fake_bench(out, regime, methods):
+    """A finished benchmark's folder as the report reads it: the regime's warm start and, per
+    method and seed, ``metrics.jsonl`` (gigpo's with its anchor statistics) and ``done.json``."""
+    from forkgym.bench.runner import run_dir
+
+    warm = out / regime.warm_dir / "warm"
+    warm.mkdir(parents=True)
+    (warm / "warm.json").write_text(json.dumps({"accuracy": 0.2, "sft_tokens": 1000}))
+    for method in methods:
+        for seed, steps in ANCHORS.items():
+            folder = run_dir(out, regime, method, seed)
+            _run(folder, [(regime.budget_tokens // len(steps) + 1, 0.3 + 0.1 * i) for i in range(len(steps))])  # fmt: skip
+            rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]  # fmt: skip
+            for row, step in zip(rows, steps, strict=True):
+                if method == "gigpo" and step is not None:
+                    keys = ("anchor_fraction", "anchor_size_mean", "text_groups", "text_mixed_fraction", "step_adv_abs_mean")  # fmt: skip
+                    row.update({f"gigpo/{k}": v for k, v in zip(keys, step, strict=True)})
+            (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (folder / "done.json").write_text(json.dumps({"method": method, "seed": seed}))
+
+
+def _boundary_regime(regime_name):
+    from dataclasses import replace
+
+    from forkgym.bench.presets import narrow
+
+    preset = narrow(PRESETS["boundary"], [regime_name], budget=300, seeds=list(ANCHORS))
+    return replace(preset, eval_episodes=8)
+
+
+def test_the_report_shows_gigpos_anchor_states_pooled_over_every_step_and_seed(tmp_path):
+    from forkgym.bench.report import write_report
+
+    preset = _boundary_regime("steps2-k8")
+    _fake_bench(tmp_path, preset.regimes[0], ["grpo", "gigpo"])
+    text = write_report(tmp_path, preset, log=lambda _: None).read_text()
+    section = text[text.index("Anchor states (gigpo)") :].split("\n\n")[1].splitlines()
+    assert section[0].startswith("| method | runs | steps | turns in anchor groups |")
+    [row] = section[2:]  # gigpo's row alone: grpo logged no anchor statistics
+    # 4 steps logged: fractions 0.5 0.7 0.6 0.8, sizes 2 3 2 3, step sizes 0.1 0.3 0.2 0.2;
+    # text-matched groups 2 + 4 + 0 + 2 = 8, of which 1 + 1 + 0 + 2 mix states (not the mean
+    # of the steps' fractions, 0.4375)
+    assert row == "| gigpo | 2 | 4 | 0.650 | 2.50 | 2.00 | 0.500 | 0.200 |"
+    assert text.index("Anchor states (gigpo)") > text.index("## steps2-k8")
+
+
+def test_the_anchor_section_is_absent_without_a_gigpo_run(tmp_path):
+    from forkgym.bench.report import write_report
+
+    preset = _boundary_regime("steps2-k8")
+    _fake_bench(tmp_path, preset.regimes[0], ["grpo", "rloo"])
+    text = write_report(tmp_path, preset, log=lambda _: None).read_text()
+    assert "## steps2-k8" in text and "| grpo | 2 |" in text
+    assert "Anchor states" not in text
+
+
+def test_a_run_without_gigpo_metrics_has_no_anchor_sums(tmp_path):
+    from forkgym.bench.report import anchor_lines
+
+    folder = _run(tmp_path / "grpo-seed0", [(90, None), (90, 0.3), (90, 0.35), (90, 0.4), (90, 0.5)])  # fmt: skip
+    s = summarise(folder, "grpo", 0, REGIME, 0.2, FRACTIONS)
+    assert s.anchors == {} and anchor_lines({"grpo": [s]}) == []
+
+
+def test_plan_reads_the_pilots_per_task_outcomes_and_says_how_many_seeds(tmp_path):
+    from forkgym.agents.generation.episode_log import write_outcomes
+    from forkgym.bench.report import plan_lines
+    from forkgym.bench.runner import run_dir
+
+    preset = _boundary_regime("steps2-k8")
+    regime = preset.regimes[0]
+    _fake_bench(tmp_path, regime, ["grpo", "gigpo", "ppo"])
+    gen = torch.Generator().manual_seed(0)
+    for method in ("grpo", "gigpo"):  # ppo recorded nothing: left out of the plan
+        for seed in ANCHORS:
+            right = (torch.rand(300, generator=gen) < 0.5).int().tolist()
+            records = [{"task_seed": t, "task_id": f"t{t}", "correct": c, "valid": True} for t, c in enumerate(right)]  # fmt: skip
+            write_outcomes(run_dir(tmp_path, regime, method, seed) / "eval" / "version_0000003.json", records, 3)  # fmt: skip
+    text = "\n".join(plan_lines(tmp_path, preset, 0.10))
+    assert "| gigpo − grpo | 2 | 300 |" in text and "ppo" not in text
+    assert text.rstrip().endswith(" |") and "more tasks needed" not in text
+    # two coin-flip methods on 300 tasks: for 0.02 the tasks' part alone is too large
+    assert "more tasks needed" in "\n".join(plan_lines(tmp_path, preset, 0.02))

@@ -31,6 +31,15 @@ def test_mistakes_are_one_line_errors_that_start_nothing(tmp_path, args, message
     assert not (tmp_path / "b").exists()
 
 
+def test_plan_needs_a_pilot_and_a_sensible_target(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", "b", "--plan", "0.1"])
+    assert result.exit_code == 2 and "no benchmark to plan from" in result.output
+    result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", "b", "--plan", "2"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert not (tmp_path / "b").exists()
+
+
 def test_report_only_needs_a_benchmark_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a short path: the error box does not wrap it
     result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", "b", "--report-only"])

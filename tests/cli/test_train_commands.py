@@ -154,7 +154,7 @@ def test_train_help_takes_the_config_docs_and_the_registered_names():
     backends = config_option_help("backend")
     assert "`vllm`" in backends and "`openai`" not in backends.split("Registered:")[1]
     out = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).stdout
-    assert "Monte Carlo values from forks" in out and "critic_free, ppo, raft, vine" in out
+    assert "Monte Carlo values from forks" in out and "critic_free, gigpo, ppo, raft, vine" in out
 
 
 NEWER_LOSSES = [("cispo", "weight_clip_frac"), ("gmpo", "seq_ratio_mean"),

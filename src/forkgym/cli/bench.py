@@ -57,6 +57,15 @@ CheckOption = Annotated[
 ListOption = Annotated[
     bool, typer.Option("--list", help="List the methods and presets, then exit.")
 ]
+PlanOption = Annotated[
+    float | None,
+    typer.Option(
+        "--plan",
+        min=0.001,
+        max=1.0,
+        help="Read the finished runs in --out as a pilot and print the seeds per method a minimum detectable difference of this size needs, then exit.",
+    ),
+]
 
 
 def bench(
@@ -69,6 +78,7 @@ def bench(
     report_only: ReportOnlyOption = False,
     check: CheckOption = False,
     list_: ListOption = False,
+    plan: PlanOption = None,
 ) -> None:
     """Compare training methods at the same budget of generated tokens: every method x seed of
     a preset from one warm start, then report.md (accuracy with 95% intervals over seeds,
@@ -81,6 +91,13 @@ def bench(
     folder = out or Path(f"runs/bench-{preset}")
     given = {"--methods": methods, "--regimes": regimes, "--budget": budget, "--seeds": seeds}
     command = _command_line(preset, given, folder)
+    if plan is not None:
+        from forkgym.bench.report import plan_lines
+
+        if not (folder / "bench.json").exists():
+            raise typer.BadParameter(f"{folder} holds no benchmark to plan from", param_hint="--out")  # fmt: skip
+        typer.echo("\n".join(plan_lines(folder, chosen_preset, plan)))
+        return
     if report_only:
         path = _rewrite_report(folder, chosen_preset, command)
     else:

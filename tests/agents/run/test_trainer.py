@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 import torch
 
+from forkgym.agents.generation.episode_log import read_outcomes
 from forkgym.agents.run.config import TrainConfig
 from forkgym.agents.run.runlog import read_metrics
 from forkgym.agents.run.trainer import Trainer
@@ -88,6 +89,12 @@ def test_run_directory_holds_config_metrics_and_checkpoints(tmp_path, tiny_model
     assert metrics[1]["loss/entropy"] > 0  # an untrained model is far from deterministic
     assert "eval_accuracy" in metrics[0] and "eval_pass@2" in metrics[2]
     assert metrics[0]["time/eval"] > 0 and "time/eval" not in metrics[1]  # eval steps only
+    # each evaluation's per-task outcomes, by the weights' version (for paired comparisons)
+    assert sorted(p.name for p in (run / "eval").iterdir()) == ["version_0000000.json", "version_0000002.json"]  # fmt: skip
+    last = read_outcomes(run)
+    assert last["weight_version"] == 2 and len(last["correct"]) == cfg.eval_episodes
+    assert sum(last["correct"]) / cfg.eval_episodes == metrics[2]["eval_accuracy"]
+    assert last["task_ids"] and len(set(last["task_seeds"])) == cfg.eval_episodes
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
     state = json.loads((run / "checkpoints" / "step_0000002" / "trainer_state.json").read_text())
     assert state["step"] == 2

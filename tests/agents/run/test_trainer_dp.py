@@ -146,3 +146,15 @@ def test_vine_runs_on_two_ranks_and_counts_every_ranks_continuations(tmp_path, w
     step = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
     mine = step["gen/tokens_sampled"] + step["gen/value_tokens"]  # rank 0's own share
     assert step["gen/value_tokens"] > 0 and step["tokens_generated"] > mine
+
+
+def test_gigpo_runs_on_two_ranks(tmp_path, warm_model_dir):
+    """Anchor groups live inside a task's group, and a rank holds whole groups: each rank
+    matches the states of its own groups."""
+    run = tmp_path / "gigpo"
+    done = torchrun("train", "--model", str(warm_model_dir), "--steps", "1", "--out", str(run),
+                    "algorithm=gigpo", "estimator=grpo", "loss=ppo_clip", *COMMON)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    step = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    # one turn per episode: every branch starts from the task's one state
+    assert step["gigpo/anchor_fraction"] == 1.0 and step["gigpo/anchor_size_mean"] == 4.0

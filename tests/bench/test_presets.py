@@ -1,0 +1,27 @@
+"""The presets' task spaces: held out by meaning, with enough problems on the eval side."""
+
+from __future__ import annotations
+
+import pytest
+
+from forkgym.bench.held_out import distinct_problems, overlap
+from forkgym.bench.presets import PRESETS
+
+# smoke checks the machinery on 1-digit sums (55 problems in all): it reports no result
+REGIMES = [
+    pytest.param(preset, regime, id=f"{name}/{regime.name}")
+    for name, preset in PRESETS.items()
+    for regime in preset.regimes
+]
+
+
+@pytest.mark.parametrize(("preset", "regime"), REGIMES)
+def test_no_evaluated_problem_is_a_training_problem_by_meaning(preset, regime):
+    found = overlap(regime, min(preset.eval_episodes, 200), train_draws=4000)
+    assert found["overlap"] == 0 and found["train_tasks"] > 0
+
+
+@pytest.mark.parametrize(("preset", "regime"), [r for r in REGIMES if r.values[0].name != "smoke"])  # fmt: skip
+def test_every_reported_regime_holds_500_distinct_eval_side_problems(preset, regime):
+    counts = distinct_problems(regime, enough=500)
+    assert counts["eval_problems"] >= 500, counts
