@@ -10,8 +10,11 @@ from .presets import Regime
 
 __all__ = [
     "EVAL_SEED",
+    "VALIDATION_FRACTION",
     "VALIDATION_SEED",
     "distinct_problems",
+    "eval_part",
+    "evaluation_tasks",
     "held_out_accuracy",
     "overlap",
     "regime_held_out",
@@ -66,9 +69,10 @@ def held_out_accuracy(
 
 
 def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int, record: list[dict[str, Any]] | None = None) -> dict[str, float]:  # fmt: skip
-    """:func:`held_out_accuracy` on a regime's task: its reported evaluation set, or, for a
-    tuning run (``regime.validation``), its validation set."""
-    tasks = validation_tasks(regime, episodes) if regime.validation else None
+    """:func:`held_out_accuracy` on a regime's task: its reported evaluation set
+    (:func:`evaluation_tasks`), or, for a tuning run (``regime.validation``), its validation
+    set (:func:`validation_tasks`)."""
+    tasks = (validation_tasks if regime.validation else evaluation_tasks)(regime, episodes)
     return held_out_accuracy(
         model, tokenizer, regime.env, regime.env_kwargs, regime.max_new_tokens, episodes,
         tasks=tasks, record=record,
@@ -92,47 +96,73 @@ def _content_keys(regime: Regime, side: str, seeds: list[int]) -> list[str]:
         env.close()
 
 
-_VALIDATION: dict[tuple[str, str, int], list[int]] = {}
+VALIDATION_FRACTION = 0.25  # of the eval side's problems: validation, the rest evaluation
+_LISTS: dict[tuple[str, str, str, int], list[int]] = {}
 
 
-def validation_tasks(regime: Regime, episodes: int) -> list[int]:
-    """The tuning runs' ``episodes`` task seeds: problems from the eval side of the content
-    partition (never a training prompt or demonstration) that are NOT among the reported
-    evaluation's problems, so choosing a learning rate never looks at a reported task. A
-    problem may repeat, as in the reported stream. Deterministic; an error if the eval side
-    has too few other problems."""
+def eval_part(key: str) -> str:
+    """``"validation"`` or ``"evaluation"``: which part of the eval side a problem (its
+    content key) is in, by another hash of the key than the train/eval split's (the split's
+    function on the key with a prefix), so the tuning runs' problems and the reported ones
+    are disjoint by construction."""
+    from forkgym.envs.base import content_split
+
+    held = content_split(f"validation part: {key}", VALIDATION_FRACTION) == "eval"
+    return "validation" if held else "evaluation"
+
+
+def _task_list(regime: Regime, part: str, count: int) -> list[int]:
+    """``count`` task seeds of ``part`` of the regime's eval side, each a distinct problem,
+    in the order the part's stream draws them; a task space with fewer distinct problems in
+    that part (the smoke preset's 1-digit sums) repeats them, in the stream's order."""
     import json
 
     from forkgym.agents.seeds import task_seeds
 
-    key = (regime.env, json.dumps(regime.env_kwargs, sort_keys=True), episodes)
-    if key not in _VALIDATION:
-        reported = set(_content_keys(regime, "eval", task_seeds(EVAL_SEED, "eval", 0, episodes)))
-        chosen: list[int] = []
-        for step in range(100):  # batches of candidates from the validation stream
-            candidates = task_seeds(VALIDATION_SEED, "eval", step, episodes)
-            keys = _content_keys(regime, "eval", candidates)
-            chosen += [s for s, k in zip(candidates, keys, strict=True) if k not in reported]
-            if len(chosen) >= episodes:
-                chosen = chosen[:episodes]
+    cache = (regime.env, json.dumps(regime.env_kwargs, sort_keys=True), part, count)
+    if cache not in _LISTS:
+        stream = EVAL_SEED if part == "evaluation" else VALIDATION_SEED
+        distinct: dict[str, int] = {}
+        repeats: list[int] = []
+        for step in range(200):  # batches of candidates from the part's stream
+            candidates = task_seeds(stream, "eval", step, max(count, 64))
+            for seed, key in zip(candidates, _content_keys(regime, "eval", candidates), strict=True):  # fmt: skip
+                if eval_part(key) != part:
+                    continue
+                if key in distinct:
+                    repeats.append(seed)
+                else:
+                    distinct[key] = seed
+            if len(distinct) >= count:
                 break
-        if len(chosen) < episodes:
-            raise ValueError(
-                f"{regime.name}: only {len(chosen)} eval-side problems outside the reported "
-                f"{episodes}; use fewer eval episodes or a larger task space"
-            )
-        _VALIDATION[key] = chosen
-    return list(_VALIDATION[key])
+        chosen = list(distinct.values())[:count]
+        chosen += repeats[: count - len(chosen)]
+        if len(chosen) < count:
+            raise ValueError(f"{regime.name}: no {part} problems on the eval side; use a larger task space")  # fmt: skip
+        _LISTS[cache] = chosen
+    return list(_LISTS[cache])
+
+
+def evaluation_tasks(regime: Regime, episodes: int) -> list[int]:
+    """The reported evaluation's ``episodes`` task seeds: one fixed list for every method,
+    seed and evaluation of the regime (warm start included), each a distinct problem of the
+    eval side's evaluation part (:func:`eval_part`)."""
+    return _task_list(regime, "evaluation", episodes)
+
+
+def validation_tasks(regime: Regime, episodes: int) -> list[int]:
+    """The tuning runs' and the warm start's stopping rule's ``episodes`` task seeds:
+    distinct problems of the eval side's validation part (never a training prompt or
+    demonstration, never a reported problem: :func:`eval_part`)."""
+    return _task_list(regime, "validation", episodes)
 
 
 def overlap(regime: Regime, episodes: int, train_draws: int = 10_000) -> dict[str, int]:
-    """How many of the ``episodes`` held-out problems (the eval stream on the eval side, as
-    every evaluation of the regime draws them) are among ``train_draws`` problems the train
-    side gives, the side every training prompt and demonstration comes from: 0 when the
-    partition holds."""
-    from forkgym.agents.seeds import task_seeds
-
-    held = set(_content_keys(regime, "eval", task_seeds(EVAL_SEED, "eval", 0, episodes)))
+    """How many of the ``episodes`` held-out problems (:func:`evaluation_tasks`, as every
+    evaluation of the regime draws them) are among ``train_draws`` problems the train side
+    gives, the side every training prompt and demonstration comes from: 0 when the partition
+    holds."""
+    held = set(_content_keys(regime, "eval", evaluation_tasks(regime, episodes)))
     trained = set(_content_keys(regime, "train", list(range(train_draws))))
     return {"eval_tasks": len(held), "train_tasks": len(trained), "overlap": len(held & trained)}
 

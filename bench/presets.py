@@ -4,7 +4,7 @@ A :class:`Regime` is one side of the seed's boundary: a task, a group size and a
 generated tokens that every method in it spends. Within a regime every method starts from the
 same warm start (SFT on gold demonstrations until held-out greedy accuracy reaches
 ``warm_accuracy``), trains on the same task seeds and batch at the learning rate its own sweep
-chose (``tune_lrs`` on the preset's ``tune_seed``, scored on validation tasks that no report
+chose (``tune_lrs`` on the preset's ``tune_seeds``, scored on validation tasks that no report
 uses: :mod:`forkgym.bench.tuning`), and is evaluated on the same held-out tasks at the
 same fractions of the budget.
 
@@ -14,12 +14,14 @@ same fractions of the budget.
   GRPOTrainer beside them when the ``bench`` extra is there.
 * ``full``: every method on arithmetic at K = 8 (with the three reductions compared), the
   multi-turn calculator at K = 8, and arithmetic at K = 1, where no group baseline exists.
-* ``boundary``: the three sources of an advantage side by side (group baselines, a learned
-  critic, Monte Carlo values from forks) at K = 1 and K = 8, on arithmetic (one reward per
-  episode, states whose value a critic cannot read) and on CheckedSteps at two lengths (each
-  turn's tool result reveals progress; GiGPO's turn-level credit from matched states beside
-  them there); about an hour on 2 cores, so small budgets, and the
-  learning rates the quick preset's sweep chose rather than a sweep of its own.
+* ``boundary``: one method per way to an advantage side by side (a group baseline: RLOO and
+  GRPO; a learned critic: PPO; Monte Carlo values from forks: Vine; with RAFT and SFT as
+  references) at K = 1 and K = 8, on arithmetic (one reward per episode, states whose value a
+  critic cannot read) and on CheckedSteps at two lengths (each turn's tool result reveals
+  progress; GiGPO's turn-level credit from matched states beside them there). Every regime
+  evaluates on one fixed list of 1,000 distinct held-out problems and validates on 300 others.
+  Its budgets are still small (30,000 tokens, not yet set where learning flattens) and its
+  learning rates are those the quick preset's sweep chose, not a sweep per regime.
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ class Regime:
     lr: float = 1e-4
     length_edges: tuple[int, ...] = (4, 8, 16, 32)
     checkpoint_every: int = 5  # steps; an interrupted run resumes from here
-    # the learning-rate sweep every method gets on the preset's tuning seed (empty: none, every
+    # the learning-rate sweep every method gets on the preset's tuning seeds (empty: none, every
     # method at `lr`); PPO's methods sweep their critic's learning rate too
     tune_lrs: tuple[float, ...] = ()
     tune_value_lrs: tuple[float, ...] = ()
+    # per method name, more axes of its sweep: algorithm_kwargs and the values they are tried
+    # at (e.g. {"vine": {"rollouts": (2, 4, 8)}, "ppo": {"value_warmup_steps": (0, 6, 12)}})
+    tune_options: dict[str, dict[str, tuple[float, ...]]] = field(default_factory=dict)
     ceiling_prompts: int = 0  # > 0: the critic ceiling on this many fresh prompts (PPO's regimes)
     ceiling_stride: int = 1  # score every stride-th action token of a turn (its first included)
     validation: bool = False  # True in tuning runs: evaluated on the validation set
@@ -75,10 +80,20 @@ class Preset:
     name: str
     regimes: tuple[Regime, ...]
     seeds: tuple[int, ...]
-    eval_episodes: int
+    eval_episodes: int  # the reported evaluation's tasks: one fixed list of distinct problems
     eval_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    tune_seed: int | None = None  # the seed of the tuning runs (never a reported seed)
+    tune_seeds: tuple[int, ...] = ()  # the tuning runs' seeds, never reported (empty: no sweep)
     extra: dict[str, Any] = field(default_factory=dict)
+    # the validation tasks (the tuning runs' score, the warm start's stopping rule); None:
+    # as many as eval_episodes
+    validation_episodes: int | None = None
+
+    def held_out_episodes(self, regime: Regime) -> int:
+        """How many tasks ``regime``'s held-out set has: the validation set's in a tuning run
+        (``regime.validation``), else the reported evaluation's."""
+        if regime.validation and self.validation_episodes is not None:
+            return self.validation_episodes
+        return self.eval_episodes
 
 
 _SMOKE = Regime(
@@ -163,16 +178,24 @@ _SWEPT = {
     "ppo": {"lr": 2e-4, "value_lr": 1e-3}, "ppo_hybrid": {"lr": 2e-4, "value_lr": 1e-3},
     "gigpo": {"lr": 1e-4},
 }  # fmt: skip
-_BOUNDARY_METHODS = ("reinforce_ema", "remax", "rloo", "grpo", "ppo", "ppo_hybrid", "vine", "raft", "sft")  # fmt: skip
+# one method per way to an advantage (a group: RLOO and GRPO; a learned critic: PPO; Monte
+# Carlo values from forks: Vine; anchor states: GiGPO, multi-turn only), RAFT and SFT as
+# references; the variants (ReMax, REINFORCE-EMA, the PPO hybrid) stay in `quick` and `full`
+_BOUNDARY_METHODS = ("rloo", "grpo", "ppo", "vine", "raft", "sft")
 # the multi-turn regimes add GiGPO (turn-level credit from the turns of a group that start from
 # the same env state: a single-turn episode has no later turn to credit); at K = 1 the runner
 # skips it, as it skips every group method
 _MULTI_TURN_METHODS = (*_BOUNDARY_METHODS, "gigpo")
 _STEPS = {"system_prompt": None, "digits": 1}
 # 2 steps of 1-digit numbers are 1,899 chains in all: at the default eval_fraction (0.2) the
-# eval side would hold ~360 distinct problems, too few to draw validation and evaluation sets
-# from (issue 47 asks for >= 500); half of them are held out instead (~950)
-_STEPS2 = {**_STEPS, "steps": 2, "eval_fraction": 0.5}
+# eval side would hold ~360 distinct problems, too few for a fixed evaluation list of 1,000
+# distinct problems and validation tasks beside it; 0.8 of them are held out instead (~1,520
+# held out, ~380 to train on)
+_STEPS2 = {**_STEPS, "steps": 2, "eval_fraction": 0.8}
+# 2-digit sums are 4,095 problems by meaning: 0.4 of them held out give the boundary's fixed
+# evaluation list of 1,000 distinct problems (the eval side's evaluation part) and its
+# validation tasks
+_ARITH_2_HELD = {**_ARITH_2, "eval_fraction": 0.4}
 _BOUNDARY_BUDGET = 30_000
 
 
@@ -191,10 +214,10 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
 
 _BOUNDARY = (
     _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
-              "forkgym/Arithmetic-v0", _ARITH_2, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
+              "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32)),
     _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
-              "forkgym/Arithmetic-v0", _ARITH_2, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
+              "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
               "forkgym/CheckedSteps-v0", _STEPS2, k=8, episodes=16, max_new_tokens=48,
@@ -216,8 +239,10 @@ _BOUNDARY = (
 )  # fmt: skip
 
 PRESETS: dict[str, Preset] = {
-    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16, tune_seed=100),
-    "quick": Preset("quick", (_QUICK,), seeds=(0, 1, 2, 3, 4), eval_episodes=200, tune_seed=100),
+    "smoke": Preset("smoke", (_SMOKE,), seeds=(0, 1), eval_episodes=16, tune_seeds=(100, 101)),
+    "quick": Preset(
+        "quick", (_QUICK,), seeds=(0, 1, 2, 3, 4), eval_episodes=200, tune_seeds=(100, 101)
+    ),
     "full": Preset(
         "full",
         (
@@ -249,10 +274,15 @@ PRESETS: dict[str, Preset] = {
         ),
         seeds=(0, 1, 2, 3, 4),
         eval_episodes=200,
-        tune_seed=100,
+        tune_seeds=(100, 101),
     ),
     "boundary": Preset(
-        "boundary", _BOUNDARY, seeds=(0, 1, 2, 3, 4), eval_episodes=100, eval_fractions=(0.5, 1.0)
+        "boundary",
+        _BOUNDARY,
+        seeds=(0, 1, 2, 3, 4),
+        eval_episodes=1000,
+        eval_fractions=(0.25, 0.5, 1.0),
+        validation_episodes=300,
     ),
 }
 

@@ -27,7 +27,7 @@ from .paired import paired_compare, paired_min_detectable, seeds_needed, varianc
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
-from .tuning import label, tuning_table
+from .tuning import grid, label, tuning_table
 from .vine_error import vine_error_table
 
 __all__ = [
@@ -240,7 +240,11 @@ def _pairs_table(runs: dict[str, list[RunSummary]], tasks: int) -> list[str]:
 
 def _table(regime: Regime, warm: dict[str, Any], runs: dict[str, list[RunSummary]], fractions: tuple[float, ...]) -> list[str]:  # fmt: skip
     marks = [f for f in fractions if f < 1]
-    head = ["method", "seeds", "final held-out", "gain"] + [f"@{f:.0%}" for f in marks]
+    head = (
+        ["method", "seeds", "final held-out", "gain"]
+        + [f"@{f:.0%}" for f in marks]
+        + ["area under the curve"]
+    )
     head += ["generated (mean)", "budget kept", "sampled / accepted", "trained on", "train s", "s/step",
              "groups correct/wrong/mixed", "infra fail", "length first→last"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -249,6 +253,7 @@ def _table(regime: Regime, warm: dict[str, Any], runs: dict[str, list[RunSummary
         gain = interval([r.final - r.start for r in rs])
         cells = [method, str(len(rs)), str(final), f"{gain.mean:+.3f}"]
         cells += [str(interval([r.at[f] for r in rs])) for f in marks]
+        cells.append(str(interval([r.auc for r in rs])))
         cells.append(_fmt_int(statistics.fmean(r.tokens_generated for r in rs)))
         cells.append("yes" if all(r.within_budget for r in rs) else "NO")
         if rs[0].kind == "rl":
@@ -327,8 +332,11 @@ def write_report(
             "",
             *_table(regime, warm, runs, preset.eval_fractions),
             "",
-            "Columns: accuracy at each fraction of the budget is the evaluation at the first step "
-            "that reached it; *generated* counts every token the generator produced, *budget kept* "
+            'Columns: every "±" is the half-width of a 95% t-interval over the seeds alone (the '
+            "seeds' spread on the one fixed task list; the pairs below add the tasks' error); "
+            "accuracy at each fraction of the budget is the evaluation at the first step "
+            "that reached it; the *area under the curve* is the mean held-out accuracy over the "
+            "budget (warm start at 0, trapezoids between evaluations); *generated* counts every token the generator produced, *budget kept* "
             "says it reached the budget and stopped at that step; *sampled / accepted* are "
             "the sampled-branch tokens and those in groups the step kept (dynamic sampling "
             "discards the rest; greedy tokens are in *generated* only); *trained on* is the "
@@ -338,10 +346,12 @@ def write_report(
             "last quarter of steps.",
             "",
             f"Every pair of methods, final held-out accuracy ({preset.eval_episodes} tasks on the "
-            "eval side of the content partition, none a training prompt or demonstration of any "
-            "run, warm start included): the standard error adds the seeds' spread (Welch) and "
-            "the evaluation set's sampling error (binomial); Holm's correction over all pairs "
-            "decides *separated*; the uncorrected interval is shown beside it.",
+            "eval side of the partition by meaning, none a training prompt or demonstration of "
+            "any run, warm start included): paired over the same tasks where every run recorded "
+            "its per-task outcomes (a hierarchical bootstrap over seeds, then tasks), else the "
+            "seeds' spread (Welch) plus each side's binomial task error (the header says which); "
+            "Holm's correction over all pairs decides *separated*; the uncorrected interval is "
+            "shown beside it.",
             "",
             *_pairs_table(runs, preset.eval_episodes),
             "",
@@ -388,7 +398,7 @@ def write_report(
 
 
 def _lr_words(regime: Regime, preset: Preset) -> str:
-    if regime.tune_lrs and preset.tune_seed is not None:
+    if regime.tune_lrs and preset.tune_seeds:
         return "each method at the learning rate its own sweep chose (below)"
     if regime.fixed:
         chosen = ", ".join(f"{m} {label(s)}" for m, s in regime.fixed.items() if m in regime.methods)  # fmt: skip
@@ -503,12 +513,12 @@ def check_report(out: str | Path, preset: Preset, methods: list[str] | None = No
             method = resolve_method(name)
             if method.kind == "trl" or (method.needs_group and regime.k < 2):
                 continue
-            if preset.tune_seed is not None and regime.tune_lrs:
+            if preset.tune_seeds and len(grid(regime, method)) > 1:
                 record = out / regime.name / "tune" / f"{name}.json"
                 if not record.exists() or not json.loads(record.read_text())["scores"]:
                     problems.append(f"{regime.name}/{name}: no learning-rate sweep recorded")
-                if preset.tune_seed in [r.seed for r in runs.get(name, [])]:
-                    problems.append(f"{regime.name}/{name}: the tuning seed is a reported seed")
+            if set(preset.tune_seeds) & {r.seed for r in runs.get(name, [])}:
+                problems.append(f"{regime.name}/{name}: a tuning seed is a reported seed")
             seeds = sorted(r.seed for r in runs.get(name, []))
             if seeds != sorted(preset.seeds):
                 problems.append(f"{regime.name}/{name}: runs for seeds {seeds}, want {list(preset.seeds)}")  # fmt: skip

@@ -29,7 +29,7 @@ from forkgym.agents.run.config import TrainConfig
 from forkgym.agents.seeds import child_seed
 
 from .ceiling import measure_ceilings
-from .held_out import EVAL_SEED, held_out_accuracy, regime_held_out
+from .held_out import EVAL_SEED, evaluation_tasks, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
 from .tuning import apply, label, tune
@@ -70,7 +70,9 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
     validating = dataclasses.replace(regime, validation=True)
 
     def reached(model: Any, tokenizer: Any, tokens: int) -> bool:
-        acc = regime_held_out(model, tokenizer, validating, preset.eval_episodes)["eval_accuracy"]
+        acc = regime_held_out(model, tokenizer, validating, preset.held_out_episodes(validating))[
+            "eval_accuracy"
+        ]
         seen.update(accuracy=acc, tokens=tokens)
         log(f"  warm start {regime.name}: {tokens:,} SFT tokens -> validation {acc:.3f}")
         return target is not None and acc >= target
@@ -88,13 +90,13 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
         check_every=10,
     )
     model, tokenizer = load_policy_model(folder)
-    validated = regime_held_out(model, tokenizer, validating, preset.eval_episodes)
+    validated = regime_held_out(model, tokenizer, validating, preset.held_out_episodes(validating))
     if target is not None and validated["eval_accuracy"] < target:
         raise RuntimeError(
             f"{regime.name}: the warm start reached {validated['eval_accuracy']:.3f} < {target} "
             f"on the validation tasks after {result['tokens']:,} SFT tokens"
         )
-    start = regime_held_out(model, tokenizer, regime, preset.eval_episodes)
+    start = regime_held_out(model, tokenizer, regime, preset.held_out_episodes(regime))
     info = {
         "model": str(folder),
         "sft_tokens": int(result["tokens"]),
@@ -127,6 +129,7 @@ def _train_config(regime: Regime, preset: Preset, method: Method, seed: int, mod
         eval_episodes=preset.eval_episodes,
         eval_k=0,
         eval_seed=EVAL_SEED,
+        eval_tasks=evaluation_tasks(regime, preset.eval_episodes),
         checkpoint_every=regime.checkpoint_every,
         keep_checkpoints=1,
         diagnose_losses=True,
@@ -150,7 +153,9 @@ def run_rl(regime: Regime, preset: Preset, method: Method, seed: int, model: str
         log(f"    resuming {folder.name} at step {trainer.step}")
     trainer.run()
     if regime.validation:  # a tuning run: its score on the validation set, at the end
-        scored = regime_held_out(trainer.model, trainer.tokenizer, regime, preset.eval_episodes)
+        scored = regime_held_out(
+            trainer.model, trainer.tokenizer, regime, preset.held_out_episodes(regime)
+        )
         _write_json(folder / "validation.json", scored)
 
 
@@ -179,7 +184,11 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
         }
         if any(state["total"] < m <= tokens for m in marks):
             outcomes: list[dict[str, Any]] = []
-            row.update(regime_held_out(model_, tokenizer, regime, preset.eval_episodes, outcomes))
+            row.update(
+                regime_held_out(
+                    model_, tokenizer, regime, preset.held_out_episodes(regime), outcomes
+                )
+            )
             write_outcomes(folder / "eval" / f"version_{state['step']:07d}.json", outcomes, state["step"])  # fmt: skip
         state["total"] = tokens
         metrics.write(json.dumps(row) + "\n")
@@ -249,6 +258,7 @@ def run_bench(
         warm = warm_start(out, regime, preset, base, log)
         log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
         names = list(chosen) if chosen else list(regime.methods)
+        tuned: dict[str, Method] = {}  # each method as its reported runs ran it
         for name in names:
             method = chosen[name] if chosen and name in chosen else resolve_method(name)
             if method.needs_group and regime.k < 2:
@@ -264,6 +274,7 @@ def run_bench(
             one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
             choice = tune(out, regime, preset, method, one_run, log)["choice"]
             tuned_regime, tuned_method = apply(regime, method, choice)
+            tuned[name] = tuned_method
             for seed in seeds or preset.seeds:
                 folder = run_dir(out, regime, name, seed)
                 if (folder / "done.json").exists():
@@ -277,7 +288,7 @@ def run_bench(
             first = run_dir(out, regime, "ppo", first_seed)
             measure_ceilings(out, regime, warm["model"], first, log, stride=regime.ceiling_stride)
         if regime.vine_error_prompts and "vine" in names:
-            vine = resolve_method("vine").overrides["algorithm_kwargs"]
+            vine = tuned.get("vine", resolve_method("vine")).overrides["algorithm_kwargs"]
             measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
     return write_report(out, preset, log=log, command=command)
 

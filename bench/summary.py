@@ -3,6 +3,8 @@ plots."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 
 __all__ = ["RunSummary"]
@@ -49,6 +51,17 @@ class RunSummary:
     @property
     def final(self) -> float:
         return self.curve[-1][2]
+
+    @property
+    def auc(self) -> float:
+        """The area under held-out accuracy against the budget's fraction (0 to 1, the warm
+        start at 0, trapezoids between evaluations, the last one held to the end): the mean
+        accuracy over the run, which rewards learning early as well as ending high."""
+        points = [(min(tokens / self.budget, 1.0), acc) for tokens, _, acc in self.curve] if self.budget else []  # fmt: skip
+        if len(points) < 2:
+            return math.nan
+        area = sum((x1 - x0) * (a0 + a1) / 2 for (x0, a0), (x1, a1) in itertools.pairwise(points))
+        return area + (1.0 - points[-1][0]) * points[-1][1]
 
     @property
     def within_budget(self) -> bool:

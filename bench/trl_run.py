@@ -83,7 +83,9 @@ def run_trl(regime: Regime, preset: Preset, seed: int, model_dir: str, folder: P
                 "time/step": now - state["clock"],
             }
             if any(state["total"] < m <= total for m in marks) or total >= regime.budget_tokens:
-                row.update(regime_held_out(model, tokenizer, regime, preset.eval_episodes))
+                row.update(
+                    regime_held_out(model, tokenizer, regime, preset.held_out_episodes(regime))
+                )
             state["total"], state["rewards"] = total, len(rewards_seen)
             log.write(json.dumps(row) + "\n")
             log.flush()

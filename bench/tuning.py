@@ -1,19 +1,36 @@
-"""Every method at its best, tuned the same way: one learning-rate sweep per method.
+"""Every method at its best, tuned the same way: one sweep per method and regime.
 
-Before a regime's reported runs, each method runs once per setting of a small grid (the
-regime's ``tune_lrs``; for PPO's methods, crossed with its critic's ``tune_value_lrs``) on the
-preset's ``tune_seed``, a seed no reported run uses, with the whole generation budget. Each is
-scored by greedy accuracy on the **validation set** at the end of its budget: problems from the
-eval side of the content partition (never a training prompt or demonstration) that are not
-among the reported evaluation's problems (:func:`~forkgym.bench.held_out.validation_tasks`),
-so the choice never looks at a task the report scores. The best setting wins (a tie: the one
-listed first); the reported runs use it. Everything is kept in ``OUT/REGIME/tune/``:
-``METHOD.json`` (every setting's score and the choice) and one folder per tuning run.
+Before a regime's reported runs, each method runs once per setting of a small grid and per
+tuning seed (the preset's ``tune_seeds``, seeds no reported run uses), with the whole
+generation budget. The grid's axes: the regime's ``tune_lrs``; for PPO's methods, its critic's
+``tune_value_lrs``; and the regime's ``tune_options`` for that method, any keyword of its
+algorithm (Vine's ``rollouts``, the critic's ``value_warmup_steps``). Every setting is scored
+on every tuning seed by greedy accuracy on the **validation set** at the end of its budget:
+problems from the eval side of the content partition (never a training prompt or
+demonstration) that are not among the reported evaluation's problems
+(:func:`~forkgym.bench.held_out.validation_tasks`), so the choice never looks at a task the
+report scores. A setting's score is its mean over the seeds; the best one wins (a tie: the
+one run first).
+
+A choice at the lowest or highest value of an axis with two or more values says only that the
+best may lie past the grid, so the sweep then runs one more value one step past that edge (the
+others at the current choice; the step is the ratio of the two edge-most values, or their
+difference where one is 0; an integer axis stays integer and never goes below 1, or 0 where
+its grid has 0) and chooses again, at most three times per axis. The record names every axis
+whose choice is still at an edge after that (``edge``): nothing past a bound (a warm-up of 0
+steps, 1 continuation) counts as one.
+
+Everything is kept in ``OUT/REGIME/tune/``: ``METHOD.json`` (every setting's score on each
+seed and their mean, the choice, the edges left) and one folder per setting and seed
+(``METHOD-lr=0.0001-seed100``). A finished tuning run (its ``done.json``) never runs again,
+and a finished sweep is read back from its record.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,18 +39,29 @@ from typing import Any
 from .methods import Method
 from .presets import Preset, Regime
 
-__all__ = ["Setting", "apply", "grid", "label", "tune", "tuning_table"]
+__all__ = ["MAX_EXTENSIONS", "Setting", "apply", "axes", "grid", "label", "tune", "tuning_table"]
 
-Setting = dict[str, float]  # {"lr": ..., optionally "value_lr": ...}
+Setting = dict[str, float]  # {"lr": ..., optionally "value_lr": ... and the method's options}
+MAX_EXTENSIONS = 3  # steps past an edge, per axis
+
+
+def axes(regime: Regime, method: Method) -> dict[str, tuple[float, ...]]:
+    """The values each of ``method``'s swept settings takes (``lr`` first)."""
+    found: dict[str, tuple[float, ...]] = {"lr": regime.tune_lrs or (regime.lr,)}
+    critic = method.kind == "rl" and method.overrides.get("algorithm") == "ppo"
+    if critic and regime.tune_value_lrs:
+        found["value_lr"] = regime.tune_value_lrs
+    for key, values in regime.tune_options.get(method.name, {}).items():
+        if key in found:
+            raise ValueError(f"{regime.name}: tune_options[{method.name!r}] repeats {key!r}")
+        found[key] = tuple(values)
+    return found
 
 
 def grid(regime: Regime, method: Method) -> list[Setting]:
     """The settings ``method`` is tried at (one, the regime's ``lr``, without a sweep)."""
-    lrs = regime.tune_lrs or (regime.lr,)
-    critic = method.kind == "rl" and method.overrides.get("algorithm") == "ppo"
-    if critic and regime.tune_value_lrs:
-        return [{"lr": lr, "value_lr": v} for lr in lrs for v in regime.tune_value_lrs]
-    return [{"lr": lr} for lr in lrs]
+    found = axes(regime, method)
+    return [dict(zip(found, values, strict=True)) for values in itertools.product(*found.values())]
 
 
 def label(setting: Setting) -> str:
@@ -41,10 +69,12 @@ def label(setting: Setting) -> str:
 
 
 def apply(regime: Regime, method: Method, setting: Setting) -> tuple[Regime, Method]:
-    """The regime and method a run at ``setting`` uses."""
+    """The regime and method a run at ``setting`` uses: ``lr`` is the regime's learning rate,
+    every other key an ``algorithm_kwargs`` entry of the method."""
     regime = replace(regime, lr=setting["lr"])
-    if "value_lr" in setting:
-        kwargs = {**method.overrides.get("algorithm_kwargs", {}), "value_lr": setting["value_lr"]}
+    more = {k: v for k, v in setting.items() if k != "lr"}
+    if more:
+        kwargs = {**method.overrides.get("algorithm_kwargs", {}), **more}
         method = replace(method, overrides={**method.overrides, "algorithm_kwargs": kwargs})
     return regime, method
 
@@ -62,6 +92,77 @@ def _final_accuracy(folder: Path) -> float:
     return float(scored[-1])
 
 
+def _tried(scores: list[dict[str, Any]], axis: str) -> list[float]:
+    return sorted({s["setting"][axis] for s in scores})
+
+
+def _side(value: float, tried: list[float]) -> int:
+    """-1 or +1 where ``value`` is the lowest or highest of two or more ``tried`` values."""
+    if len(tried) < 2:
+        return 0
+    return -1 if value == tried[0] else 1 if value == tried[-1] else 0
+
+
+def _past(tried: list[float], side: int, grid_values: tuple[float, ...]) -> float | None:
+    """The value one step past the ``side`` edge of ``tried`` (None: none is left)."""
+    edge, inner = (tried[0], tried[1]) if side < 0 else (tried[-1], tried[-2])
+    new = edge * (edge / inner) if edge > 0 and inner > 0 else edge + (edge - inner)
+    if all(isinstance(v, int) for v in grid_values):
+        new = max(0 if min(grid_values) < 1 else 1, round(new))
+    else:
+        new = max(0.0, float(f"{new:.6g}"))
+    if any(math.isclose(new, v, rel_tol=1e-9, abs_tol=1e-12) for v in tried):
+        return None
+    return new
+
+
+def _sweep(
+    regime: Regime,
+    method: Method,
+    seeds: tuple[int, ...],
+    score: Callable[[Setting, int], float],
+) -> dict[str, Any]:
+    """The grid on every seed, then the steps past an edge choice; the record of it all."""
+    scores: list[dict[str, Any]] = []
+
+    def evaluate(setting: Setting) -> None:
+        per_seed = {str(seed): score(setting, seed) for seed in seeds}
+        mean = sum(per_seed.values()) / len(per_seed)
+        scores.append({"setting": setting, "validation_accuracy": mean, "per_seed": per_seed})
+
+    def best() -> Setting:
+        i = max(range(len(scores)), key=lambda j: (scores[j]["validation_accuracy"], -j))
+        return scores[i]["setting"]
+
+    found = axes(regime, method)
+    for setting in grid(regime, method):
+        evaluate(setting)
+    choice = best()
+    extended = dict.fromkeys(found, 0)
+    moved = True
+    while moved:
+        moved = False
+        for axis, values in found.items():
+            tried = _tried(scores, axis)
+            side = _side(choice[axis], tried)
+            if not side or extended[axis] >= MAX_EXTENSIONS:
+                continue
+            new = _past(tried, side, values)
+            if new is None:
+                continue
+            extended[axis] += 1
+            evaluate({**choice, axis: new})
+            choice, moved = best(), True
+    edge = [
+        axis
+        for axis, values in found.items()
+        if (side := _side(choice[axis], _tried(scores, axis)))
+        and _past(_tried(scores, axis), side, values) is not None
+    ]
+    tried_axes = {axis: _tried(scores, axis) for axis in found}
+    return {"choice": choice, "scores": scores, "seeds": list(seeds), "axes": tried_axes, "edge": edge}  # fmt: skip
+
+
 def tune(
     out: Path,
     regime: Regime,
@@ -77,49 +178,56 @@ def tune(
     record_path = folder / f"{method.name}.json"
     if record_path.exists():
         return json.loads(record_path.read_text())
-    settings = grid(regime, method)
-    if preset.tune_seed is None or len(settings) == 1:  # no sweep: chosen elsewhere, or `lr`
+    # no sweep (no tuning seeds, or a grid of one setting): chosen elsewhere, or `lr`
+    if not preset.tune_seeds or len(grid(regime, method)) == 1:
         choice = dict(regime.fixed.get(method.name, {"lr": regime.lr}))
-        record: dict[str, Any] = {"choice": choice, "scores": [], "seed": None}
+        record: dict[str, Any] = {"choice": choice, "scores": [], "seeds": [], "edge": []}
     else:
-        scores = []
-        for setting in settings:
-            run_folder = folder / f"{method.name}-{label(setting)}"
+
+        def score(setting: Setting, seed: int) -> float:
+            run_folder = folder / f"{method.name}-{label(setting)}-seed{seed}"
             if not (run_folder / "done.json").exists():
-                log(f"  tune {method.name} {label(setting)} (seed {preset.tune_seed})")
-                tuned_regime, tuned_method = apply(
-                    replace(regime, validation=True), method, setting
-                )
-                run(tuned_regime, tuned_method, preset.tune_seed, run_folder)
+                log(f"  tune {method.name} {label(setting)} (seed {seed})")
+                tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)  # fmt: skip
+                run(tuned_regime, tuned_method, seed, run_folder)
                 (run_folder / "done.json").write_text("{}")
-            scores.append({"setting": setting, "validation_accuracy": _final_accuracy(run_folder)})
-        best = max(range(len(scores)), key=lambda i: (scores[i]["validation_accuracy"], -i))
-        record = {"choice": settings[best], "scores": scores, "seed": preset.tune_seed}
+            return _final_accuracy(run_folder)
+
+        record = _sweep(regime, method, preset.tune_seeds, score)
     folder.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1))
     return record
 
 
 def tuning_table(out: Path, regime: Regime, preset: Preset) -> list[str]:
-    """The report's lines on the sweep: every method's settings, their validation accuracy,
-    and the one its reported runs used (nothing when the regime was not swept)."""
+    """The report's lines on the sweep: every method's settings, their mean validation
+    accuracy over the tuning seeds, the one its reported runs used and whether it is still at
+    an edge of its grid (nothing when the regime was not swept)."""
     records = {p.stem: json.loads(p.read_text()) for p in sorted((out / regime.name / "tune").glob("*.json"))}  # fmt: skip
     records = {m: r for m, r in records.items() if r["scores"]}
     if not records:
         return []
-    episodes = preset.eval_episodes
+    episodes = preset.validation_episodes or preset.eval_episodes
+    seeds = ", ".join(str(s) for s in preset.tune_seeds)
     lines = [
-        f"Each method's learning rate (PPO's: crossed with its critic's) was chosen by one run per "
-        f"setting on seed {preset.tune_seed}, which no reported run uses, scored by greedy "
-        f"accuracy at the end of the budget on {episodes} validation problems: eval-side problems "
-        "that are none of the reported evaluation's, so the choice never saw a reported task.",
+        f"Each method's settings (its learning rate; PPO's crossed with its critic's; any other "
+        f"option the regime sweeps) were each run on the tuning seeds ({seeds}), which no "
+        f"reported run uses, and scored by the mean over those seeds of greedy accuracy at the "
+        f"end of the budget on {episodes} validation problems: eval-side problems that are none "
+        f"of the reported evaluation's, so the choice never saw a reported task. A choice at the "
+        f"lowest or highest value of an axis was followed by a run one step past it (at most "
+        f"{MAX_EXTENSIONS} per axis); a choice still at an edge after that is flagged.",
         "",
-        "| method | validation accuracy per setting | chosen |",
-        "|---|---|---|",
+        "| method | seeds | mean validation accuracy per setting | chosen |",
+        "|---|---|---|---|",
     ]
     for name, record in records.items():
         tried = ", ".join(
             f"{label(s['setting'])}: {s['validation_accuracy']:.3f}" for s in record["scores"]
         )
-        lines.append(f"| {name} | {tried} | {label(record['choice'])} |")
+        chosen = label(record["choice"])
+        if record.get("edge"):
+            chosen += f" (**at the edge** of {', '.join(record['edge'])})"
+        on = ", ".join(str(s) for s in record.get("seeds", []))
+        lines.append(f"| {name} | {on} | {tried} | {chosen} |")
     return [*lines, ""]

@@ -216,6 +216,7 @@ class Generation:
                 k=config.eval_k,
                 max_new_tokens=config.max_new_tokens,
                 temperature=config.temperature,
+                tasks=config.eval_tasks,
                 record=outcomes,
             )
         if self.outcomes_dir is not None:  # one file per evaluation, by the weights' version

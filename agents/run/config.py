@@ -325,6 +325,13 @@ class TrainConfig:
         ),
     )
     eval_episodes: int = field(default=128, metadata=_eval("held-out tasks per evaluation"))
+    eval_tasks: list[int] | None = field(
+        default=None,
+        metadata=_eval(
+            "the held-out tasks' reset seeds, one fixed list (`eval_episodes` of them; null: "
+            "`eval_episodes` draws of the eval stream keyed by `eval_seed`)"
+        ),
+    )
     eval_k: int = field(
         default=4, metadata=_eval("sampled pass@k on the held-out tasks (0: greedy pass@1 only)")
     )
@@ -514,6 +521,11 @@ class TrainConfig:
                 "must be >= 1 (or null: no token budget)",
             ),
             ("eval_episodes", self.eval_episodes >= 1, "must be >= 1"),
+            (
+                "eval_tasks",
+                self.eval_tasks is None or len(self.eval_tasks) == self.eval_episodes,
+                "must hold eval_episodes task seeds (or be null)",
+            ),
             (
                 "env_kwargs",
                 not (self.held_out and "task_split" in self.env_kwargs),

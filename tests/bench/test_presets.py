@@ -25,3 +25,14 @@ def test_no_evaluated_problem_is_a_training_problem_by_meaning(preset, regime):
 def test_every_reported_regime_holds_500_distinct_eval_side_problems(preset, regime):
     counts = distinct_problems(regime, enough=500)
     assert counts["eval_problems"] >= 500, counts
+
+
+@pytest.mark.parametrize(("preset", "regime"), [r for r in REGIMES if r.values[0].name == "boundary"])  # fmt: skip
+def test_the_boundary_evaluates_one_list_of_distinct_problems_and_validates_on_others(preset, regime):  # fmt: skip
+    from forkgym.bench.held_out import _content_keys, evaluation_tasks, validation_tasks
+
+    reported = _content_keys(regime, "eval", evaluation_tasks(regime, preset.eval_episodes))
+    validation = _content_keys(regime, "eval", validation_tasks(regime, preset.validation_episodes))
+    assert len(set(reported)) == len(reported) == preset.eval_episodes >= 1000
+    assert len(set(validation)) == len(validation) and not set(reported) & set(validation)
+    assert evaluation_tasks(regime, preset.eval_episodes) == evaluation_tasks(regime, preset.eval_episodes)  # fmt: skip

@@ -194,3 +194,12 @@ def test_plan_reads_the_pilots_per_task_outcomes_and_says_how_many_seeds(tmp_pat
     assert text.rstrip().endswith(" |") and "more tasks needed" not in text
     # two coin-flip methods on 300 tasks: for 0.02 the tasks' part alone is too large
     assert "more tasks needed" in "\n".join(plan_lines(tmp_path, preset, 0.02))
+
+
+def test_the_area_under_the_curve_is_the_mean_accuracy_over_the_budget(tmp_path):
+    # evaluations at 100, 200, 300, 400 tokens of a 400-token budget, from 0.2 at the start
+    run = summarise(_run(tmp_path / "grpo-seed0", [(100, 0.4), (100, 0.4), (100, 0.6), (100, 0.6)]), "grpo", 0, REGIME, 0.2, FRACTIONS)  # fmt: skip
+    # trapezoids: 0.25 * (0.3 + 0.4 + 0.5 + 0.6)
+    assert run.auc == pytest.approx(0.45)
+    early = summarise(_run(tmp_path / "grpo-seed1", [(100, 0.6), (100, 0.6), (100, 0.6), (100, 0.6)]), "grpo", 1, REGIME, 0.2, FRACTIONS)  # fmt: skip
+    assert early.final == run.final and early.auc > run.auc

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from forkgym.agents.generation.episode_log import read_outcomes
-from forkgym.agents.run.config import TrainConfig
+from forkgym.agents.run.config import ConfigError, TrainConfig
 from forkgym.agents.run.runlog import read_metrics
 from forkgym.agents.run.trainer import Trainer
 from tests.agents.premises import SIGNED_REWARDS, HalfPaid
@@ -391,3 +391,11 @@ def test_an_evaluation_in_chunks_with_progress_matches_one_batch(tiny_model_dir)
     assert chunked == run()
     assert told == [("pass@1", 0, 5), ("pass@1", 2, 5), ("pass@1", 4, 5), ("pass@1", 5, 5),
                     ("pass@3", 0, 5), ("pass@3", 2, 5), ("pass@3", 4, 5), ("pass@3", 5, 5)]  # fmt: skip
+
+
+def test_a_fixed_list_of_eval_tasks_is_what_every_evaluation_scores(tmp_path, tiny_model_dir):
+    tasks = [11, 5, 907, 42]
+    Trainer(config(tmp_path, tiny_model_dir, "fixed", steps=2, eval_tasks=tasks, eval_episodes=4)).run()  # fmt: skip
+    assert read_outcomes(tmp_path / "fixed")["task_seeds"] == tasks
+    with pytest.raises(ConfigError, match="eval_tasks"):
+        config(tmp_path, tiny_model_dir, "bad", eval_tasks=[1, 2], eval_episodes=4)
