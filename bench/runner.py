@@ -35,7 +35,15 @@ from .presets import Preset, Regime
 from .tuning import apply, label, tune
 from .vine_error import measure_vine_error
 
-__all__ = ["EVAL_SEED", "held_out_accuracy", "regime_held_out", "run_bench", "run_dir"]
+__all__ = [
+    "EVAL_SEED",
+    "Cell",
+    "held_out_accuracy",
+    "regime_held_out",
+    "run_bench",
+    "run_cells",
+    "run_dir",
+]
 
 Log = Callable[[str], None]
 
@@ -222,10 +230,14 @@ def run_bench(
     seeds: list[int] | None = None,
     log: Log = print,
     command: str | None = None,
+    jobs: int = 1,
 ) -> Path:
     """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
     report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it;
-    ``command`` is what the report says produced it."""
+    ``command`` is what the report says produced it. ``jobs`` > 1 runs a regime's reported
+    cells (method x seed, once the tuning has chosen) in that many processes, the machine's
+    threads split between them (:func:`run_cells`); a cell is its run folder, so a stopped
+    benchmark resumes however many jobs ran it."""
     from transformers.utils import logging as hf_logging
 
     from forkgym.agents.models import init_model
@@ -259,6 +271,7 @@ def run_bench(
         log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
         names = list(chosen) if chosen else list(regime.methods)
         tuned: dict[str, Method] = {}  # each method as its reported runs ran it
+        cells: list[Cell] = []  # the reported runs not done yet
         for name in names:
             method = chosen[name] if chosen and name in chosen else resolve_method(name)
             if method.needs_group and regime.k < 2:
@@ -277,12 +290,9 @@ def run_bench(
             tuned[name] = tuned_method
             for seed in seeds or preset.seeds:
                 folder = run_dir(out, regime, name, seed)
-                if (folder / "done.json").exists():
-                    continue
-                log(f"  {name} seed {seed} ({label(choice)})")
-                t0 = time.perf_counter()
-                one_run(tuned_regime, tuned_method, seed, folder)
-                _write_json(folder / "done.json", {"method": name, "seed": seed, "seconds": time.perf_counter() - t0, "setting": choice})  # fmt: skip
+                if not (folder / "done.json").exists():
+                    cells.append(Cell(tuned_regime, tuned_method, name, seed, folder, choice, warm["model"]))  # fmt: skip
+        run_cells(cells, preset, log, jobs)
         first_seed = min(seeds or preset.seeds)
         if regime.ceiling_prompts and "ppo" in names:
             first = run_dir(out, regime, "ppo", first_seed)
@@ -291,6 +301,59 @@ def run_bench(
             vine = tuned.get("vine", resolve_method("vine")).overrides["algorithm_kwargs"]
             measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
     return write_report(out, preset, log=log, command=command)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One reported run: a method at its chosen setting, one seed, its folder (plain data, so a
+    worker process can take it)."""
+
+    regime: Regime
+    method: Method
+    name: str
+    seed: int
+    folder: Path
+    setting: dict[str, float]
+    model: str  # the warm start
+
+
+def _run_cell(cell: Cell, preset: Preset, log: Log) -> None:
+    log(f"  {cell.name} seed {cell.seed} ({label(cell.setting)})")
+    t0 = time.perf_counter()
+    _one_run(cell.regime, cell.method, cell.seed, cell.folder, preset=preset, model=cell.model, log=log)  # fmt: skip
+    done = {"method": cell.name, "seed": cell.seed, "seconds": time.perf_counter() - t0, "setting": cell.setting}  # fmt: skip
+    _write_json(cell.folder / "done.json", done)
+
+
+def _worker_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_cells(cells: list[Cell], preset: Preset, log: Log, jobs: int = 1) -> None:
+    """Run ``cells``: one after another, or in ``jobs`` worker processes (spawned, one per run,
+    each with ``torch.get_num_threads() // jobs`` threads, at least 1) that log with
+    ``print``. A run that fails stops the benchmark (the runs in flight are ended); the
+    finished ones keep their ``done.json``, and the rerun command resumes the rest."""
+    if jobs <= 1 or len(cells) <= 1:
+        for cell in cells:
+            _run_cell(cell, preset, log)
+        return
+    import multiprocessing
+
+    import torch
+
+    threads = max(1, torch.get_num_threads() // jobs)
+    log(f"  {len(cells)} runs in {jobs} processes, {threads} thread(s) each")
+    context = multiprocessing.get_context("spawn")
+    # a fresh process per run (maxtasksperchild=1): what one run leaves behind (a verifier's
+    # worker pool, a thread) cannot hold on to memory or block the next; leaving the block
+    # terminates the workers once every result is in
+    with context.Pool(jobs, initializer=_worker_threads, initargs=(threads,), maxtasksperchild=1) as pool:  # fmt: skip
+        pending = [pool.apply_async(_run_cell, (cell, preset, print)) for cell in cells]
+        for result in pending:
+            result.get()
 
 
 def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset: Preset, model: str, log: Log) -> None:  # fmt: skip

@@ -91,3 +91,14 @@ def test_the_boundary_machinery_on_two_regimes_sharing_a_warm_start(tmp_path):
     assert "Vine's values against a reference" in report
     assert "value continuations" in report
     assert json.loads((out / "steps2-k1" / "ceiling.json").read_text())["stride"] == 8
+
+
+def test_jobs_run_a_regimes_cells_in_worker_processes(tmp_path):
+    preset = PRESETS["smoke"]
+    lines = []
+    run_bench(preset, tmp_path, methods=["rloo", "sft"], log=lines.append, jobs=2)
+    assert any("4 runs in 2 processes" in line for line in lines)
+    for run in ("rloo-seed0", "rloo-seed1", "sft-seed0", "sft-seed1"):
+        done = json.loads((tmp_path / "arithmetic-k4" / run / "done.json").read_text())
+        assert done["seconds"] > 0
+    assert check_report(tmp_path, preset, ["rloo", "sft"]) == []

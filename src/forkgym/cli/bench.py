@@ -57,6 +57,13 @@ CheckOption = Annotated[
 ListOption = Annotated[
     bool, typer.Option("--list", help="List the methods and presets, then exit.")
 ]
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Run a regime's reported runs in this many processes, the threads split between them (a stopped run resumes with any number).",
+    ),
+]
 PlanOption = Annotated[
     float | None,
     typer.Option(
@@ -79,6 +86,7 @@ def bench(
     check: CheckOption = False,
     list_: ListOption = False,
     plan: PlanOption = None,
+    jobs: JobsOption = 1,
 ) -> None:
     """Compare training methods at the same budget of generated tokens: every method x seed of
     a preset from one warm start, then report.md (accuracy with 95% intervals over seeds,
@@ -101,7 +109,7 @@ def bench(
     if report_only:
         path = _rewrite_report(folder, chosen_preset, command)
     else:
-        path = _run(chosen_preset, folder, chosen, command)
+        path = _run(chosen_preset, folder, chosen, command, jobs)
     typer.echo(f"wrote {path}")
     if check:
         _check(folder, chosen_preset, chosen)
@@ -163,12 +171,12 @@ def _rewrite_report(folder: Path, preset: Preset, command: str) -> Path:
     return write_report(folder, preset, command=command)
 
 
-def _run(preset: Preset, folder: Path, methods: list[str] | None, command: str) -> Path:
+def _run(preset: Preset, folder: Path, methods: list[str] | None, command: str, jobs: int = 1) -> Path:  # fmt: skip
     """Run (or resume) the benchmark in ``folder``; a matrix it refuses is a usage error."""
     from forkgym.bench import run_bench
 
     try:
-        return run_bench(preset, folder, methods=methods, command=command)
+        return run_bench(preset, folder, methods=methods, command=command, jobs=jobs)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
