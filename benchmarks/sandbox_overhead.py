@@ -10,13 +10,19 @@ computation (a prime sieve to 50,000, what the env's gold programs do). The medi
 difference of the medians, and the median of each sandboxed call's difference from the
 unsandboxed call just before it (paired: steadier when other work comes and goes).
 
-Run: ``python benchmarks/sandbox_overhead.py [--calls 40]`` (needs bubblewrap:
+``--load N`` keeps N extra processes spinning on the CPU for the whole run (a busy machine, on
+purpose and reproducibly: ``--load 4`` on 2 cores is a load average of about 4 more than
+the machine had).
+
+Run: ``python benchmarks/sandbox_overhead.py [--calls 40] [--load 4]`` (needs bubblewrap:
 ``apt-get install bubblewrap``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import statistics
 import sys
@@ -36,9 +42,29 @@ PROGRAMS = {
 MODES = ("unsafe-local", "bwrap")
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def _busy(processes: int):
+    """``processes`` spinning processes for the length of the block."""
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(processes)]
+    for proc in spinners:
+        proc.start()
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.join()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--load", type=int, default=0, help="extra spinning processes")
     args = parser.parse_args()
     problem = available()
     if problem is not None:
@@ -46,20 +72,23 @@ def main() -> int:
         return 0
     limits = SandboxLimits()
     info = containment(limits, "bwrap")
-    print(f"sandbox: {info['accounting']}, uid {info['uid']}")
+    print(f"sandbox: {info['accounting']}, cpus {info['cpus']}, uid {info['uid']}")
     times: dict[tuple[str, str], list[float]] = {(m, p): [] for m in MODES for p in PROGRAMS}
     for mode in MODES:  # warm-up: imports, page cache
         run_python("pass", limits, isolation=mode)
-    for _ in range(args.calls):
-        for name, code in PROGRAMS.items():
-            for mode in MODES:
-                t0 = time.perf_counter()
-                result = run_python(code, limits, isolation=mode)
-                times[(mode, name)].append(time.perf_counter() - t0)
-                if result.status != "tool_ok":
-                    print(f"{mode} {name}: {result}")
-                    return 1
-    print(f"sandbox_overhead  {args.calls} calls per program and mode, interleaved")
+    with _busy(args.load):
+        for _ in range(args.calls):
+            for name, code in PROGRAMS.items():
+                for mode in MODES:
+                    t0 = time.perf_counter()
+                    result = run_python(code, limits, isolation=mode)
+                    times[(mode, name)].append(time.perf_counter() - t0)
+                    if result.status != "tool_ok":
+                        print(f"{mode} {name}: {result}")
+                        return 1
+        load = os.getloadavg()
+    extra = f", {args.load} spinning processes beside it" if args.load else ""
+    print(f"sandbox_overhead  {args.calls} calls per program and mode, interleaved{extra}")
     print(f"{'program':<18}{'mode':<14}{'median ms':>10}{'p90 ms':>9}")
     for name in PROGRAMS:
         medians = {}
@@ -73,7 +102,7 @@ def main() -> int:
         pairs = zip(times[("bwrap", name)], times[("unsafe-local", name)], strict=True)
         paired = statistics.median(b - u for b, u in pairs) * 1000
         print(f"{'':<18}{'OS sandbox':<14}{extra:>+10.1f} ms per call ({paired:+.1f} paired)")
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"load average {' '.join(f'{x:.2f}' for x in load)} on {os.cpu_count()} cores")
     return 0
 
 

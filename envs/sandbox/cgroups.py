@@ -6,7 +6,9 @@ processes may hold N times the memory limit. A cgroup counts every page its proc
 (their memory, the tmpfs they write to, kernel memory such as pipe buffers) and every task
 (process or thread) they start, and the kernel enforces the sum: past ``memory.max`` it
 reclaims, then kills a process of the group (the whole group on cgroup v2); past
-``pids.max`` ``fork`` and ``clone`` fail with ``EAGAIN``.
+``pids.max`` ``fork`` and ``clone`` fail with ``EAGAIN``. Where the ``cpu`` controller can be
+had too (v1: the ``cpu`` and ``cpuacct`` hierarchies; v2: ``cpu`` offered to forkgym's group),
+the group is one scheduling entity with a CPU quota, and its CPU time is counted as one.
 
 Where forkgym creates groups (decided once per process by :func:`hierarchy`):
 
@@ -44,16 +46,33 @@ from pathlib import Path
 __all__ = ["CallGroup", "Hierarchy", "hierarchy", "why_not"]
 
 _CONTROLLERS = ("memory", "pids")
+_CPU = ("cpu", "cpuacct")  # v1's names; cgroup v2 has one "cpu" (and counts CPU time without it)
+_PERIOD_US = 100_000
 _names = itertools.count()
 
 
 @dataclass(frozen=True)
 class Hierarchy:
-    """Where per-call groups go: one directory on cgroup v2, or the memory and the pids
-    directories on cgroup v1 (in that order)."""
+    """Where per-call groups go: one directory on cgroup v2, or on cgroup v1 the memory and
+    the pids directories (in that order), then the cpu and cpuacct ones where they could be
+    had (one directory where the two are mounted together). ``controllers[i]`` names what
+    ``roots[i]`` carries."""
 
     version: int
     roots: tuple[Path, ...]
+    controllers: tuple[tuple[str, ...], ...]
+
+    def root(self, controller: str) -> Path | None:
+        """The directory whose groups ``controller`` governs (None: no such controller)."""
+        for path, names in zip(self.roots, self.controllers, strict=True):
+            if controller in names:
+                return path
+        return None
+
+    @property
+    def cpu(self) -> bool:
+        """Whether a call's group can be given a CPU quota (the ``cpu`` controller)."""
+        return self.root("cpu") is not None
 
     def describe(self) -> str:
         return f"cgroup v{self.version} ({', '.join(map(str, self.roots))})"
@@ -150,7 +169,38 @@ def _v2(mount: Path, explicit: Path | None) -> Path:
         raise PermissionError(f"{base} cannot have memory and pids (has {sorted(available)})")
     if not _enables(base, _CONTROLLERS):
         _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in _CONTROLLERS))
+    if "cpu" in available and not _enables(base, ("cpu",)):
+        with contextlib.suppress(OSError):  # optional: the share is then best-effort
+            _write(base / "cgroup.subtree_control", "+cpu")
     return base
+
+
+def _v2_hierarchy(base: Path) -> Hierarchy:
+    names = _CONTROLLERS + (("cpu",) if _enables(base, ("cpu",)) else ())
+    return Hierarchy(2, (base,), (names,))
+
+
+def _v1_cpu(mounts: list[tuple[str, str, set[str]]]) -> list[tuple[Path, tuple[str, ...]]]:
+    """forkgym's directories under the v1 ``cpu`` and ``cpuacct`` hierarchies (both or none;
+    one where they are mounted together)."""
+    found: dict[str, Path] = {}
+    for point, kind, options in mounts:
+        for c in _CPU:
+            if kind == "cgroup" and c in options:
+                found.setdefault(c, Path(point))
+    if set(found) != set(_CPU):
+        return []
+    dirs: list[tuple[Path, tuple[str, ...]]] = []
+    try:
+        for c in _CPU:
+            if dirs and dirs[0][0].parent == found[c]:  # co-mounted: cpu,cpuacct
+                dirs[0] = (dirs[0][0], _CPU)
+                continue
+            _make_own(found[c] / "forkgym")
+            dirs.append((found[c] / "forkgym", (c,)))
+    except OSError:
+        return []
+    return dirs
 
 
 def _discover() -> tuple[Hierarchy | None, str]:
@@ -168,12 +218,12 @@ def _discover() -> tuple[Hierarchy | None, str]:
         if mount is None:
             return None, f"FORKGYM_CGROUP={setting} is not on a cgroup v2 mount"
         try:
-            return Hierarchy(2, (_v2(mount, path),)), ""
+            return _v2_hierarchy(_v2(mount, path)), ""
         except OSError as exc:
             return None, f"FORKGYM_CGROUP={setting}: {exc}"
     for point, _, _ in unified:
         try:
-            return Hierarchy(2, (_v2(Path(point), None),)), ""
+            return _v2_hierarchy(_v2(Path(point), None)), ""
         except OSError as exc:
             problems.append(f"cgroup v2 at {point}: {exc}")
     v1: dict[str, Path] = {}
@@ -189,8 +239,10 @@ def _discover() -> tuple[Hierarchy | None, str]:
                 roots = []
                 for c in _CONTROLLERS:
                     _make_own(v1[c] / "forkgym")
-                    roots.append(v1[c] / "forkgym")
-                return Hierarchy(1, tuple(roots)), ""
+                    roots.append((v1[c] / "forkgym", (c,)))
+                roots += _v1_cpu(mounts)
+                paths, names = zip(*roots, strict=True)
+                return Hierarchy(1, paths, names), ""
             except OSError as exc:
                 problems.append(f"cgroup v1: {exc}")
     elif not unified:
@@ -273,35 +325,67 @@ def _remove(group: Path, v2: bool, timeout: float = 5.0) -> None:
 
 class CallGroup:
     """One call's group, made with its limits; :meth:`add` the sandbox's first process before
-    it runs anything, :meth:`close` when the call ends."""
+    it runs anything, :meth:`close` when the call ends.
 
-    def __init__(self, where: Hierarchy, memory_bytes: int, processes: int, name: str = "") -> None:
+    ``cpus``: the CPUs the group's processes may use together (a CFS quota per 100 ms
+    period), where the hierarchy has the ``cpu`` controller; None sets none."""
+
+    def __init__(
+        self,
+        where: Hierarchy,
+        memory_bytes: int,
+        processes: int,
+        name: str = "",
+        cpus: float | None = None,
+    ) -> None:
         self.where = where
         self.name = name or f"call-{os.getpid()}-{next(_names)}"
         self.dirs = tuple(root / self.name for root in where.roots)
-        v2 = where.version == 2
+        self.cpus = cpus if where.cpu else None
         try:
             for d in self.dirs:
-                _remove(d, v2)  # a stale group of a crashed process, reaped
+                _remove(d, where.version == 2)  # a stale group of a crashed process, reaped
                 os.mkdir(d, 0o755)
-            if v2:
-                (group,) = self.dirs
-                _write(group / "memory.max", str(memory_bytes))
-                if (group / "memory.swap.max").exists():
-                    _write(group / "memory.swap.max", "0")
-                _write(group / "memory.oom.group", "1")  # an out-of-memory kill takes all
-                _write(group / "pids.max", str(processes))
+            if where.version == 2:
+                self._limit_v2(memory_bytes, processes)
             else:
-                memory, pids = self.dirs
-                _write(memory / "memory.limit_in_bytes", str(memory_bytes))
-                if (memory / "memory.memsw.limit_in_bytes").exists():  # memory + swap
-                    _write(memory / "memory.memsw.limit_in_bytes", str(memory_bytes))
-                else:  # no swap accounting on this kernel: keep the group out of swap
-                    _write(memory / "memory.swappiness", "0")
-                _write(pids / "pids.max", str(processes))
+                self._limit_v1(memory_bytes, processes)
         except BaseException:
             self.close()
             raise
+
+    def _dir(self, controller: str) -> Path:
+        root = self.where.root(controller)
+        if root is None:
+            raise KeyError(controller)
+        return root / self.name
+
+    def _limit_v2(self, memory_bytes: int, processes: int) -> None:
+        (group,) = self.dirs
+        _write(group / "memory.max", str(memory_bytes))  # sockets included: v2 charges them
+        if (group / "memory.swap.max").exists():
+            _write(group / "memory.swap.max", "0")
+        _write(group / "memory.oom.group", "1")  # an out-of-memory kill takes all
+        _write(group / "pids.max", str(processes))
+        if self.cpus is not None:
+            _write(group / "cpu.max", f"{round(self.cpus * _PERIOD_US)} {_PERIOD_US}")
+
+    def _limit_v1(self, memory_bytes: int, processes: int) -> None:
+        memory = self._dir("memory")
+        _write(memory / "memory.limit_in_bytes", str(memory_bytes))
+        if (memory / "memory.memsw.limit_in_bytes").exists():  # memory + swap
+            _write(memory / "memory.memsw.limit_in_bytes", str(memory_bytes))
+        else:  # no swap accounting on this kernel: keep the group out of swap
+            _write(memory / "memory.swappiness", "0")
+        # v1 charges TCP buffers to a group only once this is set (the sandbox refuses
+        # AF_INET anyway; this keeps the budget whole if that ever changes)
+        with contextlib.suppress(OSError):
+            _write(memory / "memory.kmem.tcp.limit_in_bytes", str(memory_bytes))
+        _write(self._dir("pids") / "pids.max", str(processes))
+        if self.cpus is not None:
+            cpu = self._dir("cpu")
+            _write(cpu / "cpu.cfs_period_us", str(_PERIOD_US))
+            _write(cpu / "cpu.cfs_quota_us", str(round(self.cpus * _PERIOD_US)))
 
     def add(self, pid: int) -> None:
         """Move process ``pid`` (not yet running the code) into the group."""
@@ -318,7 +402,7 @@ class CallGroup:
         """How many processes of the group the kernel killed for memory."""
         name = "memory.events" if self.where.version == 2 else "memory.oom_control"
         try:
-            for line in _read(self.dirs[0] / name).splitlines():
+            for line in _read(self._dir("memory") / name).splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -326,11 +410,25 @@ class CallGroup:
             pass
         return 0
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the group's processes have used together, dead ones included (None where
+        the kernel does not count it: v1 without ``cpuacct``)."""
+        try:
+            if self.where.version == 2:
+                for line in _read(self.dirs[0] / "cpu.stat").splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+                return None
+            return int(_read(self._dir("cpuacct") / "cpuacct.usage")) / 1e9
+        except (OSError, ValueError, KeyError):
+            return None
+
     def peak_memory(self) -> int | None:
         """The most memory the group has held, in bytes (None where the kernel does not say)."""
         name = "memory.peak" if self.where.version == 2 else "memory.max_usage_in_bytes"
         try:
-            return int(_read(self.dirs[0] / name))
+            return int(_read(self._dir("memory") / name))
         except (OSError, ValueError):
             return None
 

@@ -11,7 +11,11 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
   standard library and shared libraries, the system's shared libraries, ``ld.so.cache``,
   the time zone database; as root ``setpriv``), read-only, with every ``site-packages`` and
   ``dist-packages`` directory among them covered by an empty read-only mount (the standard
-  library is all that imports); ``/proc`` of the new PID namespace; nothing else of
+  library is all that imports); ``/proc`` of the new PID namespace, its host-wide figures
+  (load, memory, interrupts, ``/proc/sys``, the count of cgroups...) covered by empty files
+  and directories (:func:`proc_masks`); the runner copied into a file of the sandbox's own
+  (no path of the checkout shows in the mount table) and bubblewrap's options read from a
+  file descriptor (none show in the init's command line); nothing else of
   ``/usr``, nothing of the project, the home directory or ``/work``; the root and ``/dev``
   read-only. The one writable place
   is ``/scratch`` (the working directory; ``/tmp`` links to it), a tmpfs of a fixed size
@@ -28,10 +32,12 @@ well-kept setuid-free tool that Flatpak uses) before the first line of model cod
   ``process_vm_readv``/``writev``, ``setns``, ``unshare``, ``mount`` and the rest of the
   kernel surface that namespaces do not cover fail with ``EPERM``, and so do
   ``memfd_create`` and System V shared memory and message queues (memory no rlimit counts
-  outside a cgroup); a ``clone`` that asks for a new namespace is refused; sockets of any
-  family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (``AF_VSOCK``, ``AF_NETLINK``,
-  ``AF_PACKET``, ...) fail with ``EAFNOSUPPORT``; other architectures' system call ABIs
-  (i386, x32) kill the process;
+  outside a cgroup), ``inotify``/``fanotify`` (which would time other calls' start-up on
+  the shared read-only binds), ``sysinfo`` (the host's load) and ``setsid`` (an autogroup,
+  and so a CPU share, per process); a ``clone`` that asks for a new namespace is refused;
+  sockets of any family but ``AF_UNIX`` (``AF_INET``/``AF_INET6``, whose buffers a cgroup v1
+  does not charge, ``AF_VSOCK``, ``AF_NETLINK``, ``AF_PACKET``, ...) fail with
+  ``EAFNOSUPPORT``; other architectures' system call ABIs (i386, x32) kill the process;
 * **limits** are set per call by :mod:`forkgym.envs.sandbox` (a cgroup, or rlimits where no
   cgroup is writable) and the caller kills the whole sandbox at its wall-clock limit
   (``--die-with-parent``: when bubblewrap dies the PID namespace and everything in it goes).
@@ -61,9 +67,11 @@ __all__ = [
     "child_pid",
     "hidden_package_dirs",
     "make_non_dumpable",
+    "proc_masks",
     "resolve",
     "sandbox_view",
     "seccomp_program",
+    "split_options",
     "wait_for_sandbox",
 ]
 
@@ -89,13 +97,19 @@ _DENIED = (
     "sethostname", "setdomainname", "settimeofday", "clock_settime", "adjtimex",
     "clock_adjtime", "nfsservctl", "vhangup", "uselib", "personality", "memfd_create",
     "memfd_secret", "shmget", "msgget",
+    # side channels and scheduling: inotify and fanotify on the read-only binds would time
+    # other calls' start-up; sysinfo is the host's load, uptime and free memory; setsid would
+    # give each process an autogroup of its own (a larger CPU share where no cgroup bounds it)
+    "inotify_init", "inotify_init1", "fanotify_init", "sysinfo", "setsid",
 )  # fmt: skip
 # CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWUTS,
 # CLONE_NEWCGROUP
 _NAMESPACE_FLAGS = (0x10000000, 0x00020000, 0x40000000, 0x20000000, 0x08000000, 0x04000000, 0x02000000)  # fmt: skip
-# socket families the sandbox may create: AF_UNIX, AF_INET, AF_INET6 (its network namespace
-# has only a loopback); AF_MAX is 46 on Linux 6.x, and every larger number is refused too
-SOCKET_FAMILIES = (1, 2, 10)
+# socket families the sandbox may create: AF_UNIX only. Its network namespace has only a
+# loopback, so AF_INET and AF_INET6 reach nothing, and their buffers are the one memory a
+# cgroup v1 does not charge unless told to (memory.kmem.tcp): they are refused too. AF_MAX is
+# 46 on Linux 6.x, and every larger number is refused as well.
+SOCKET_FAMILIES = (1,)
 _AF_LAST = 63
 
 
@@ -279,8 +293,33 @@ def hidden_package_dirs() -> tuple[str, ...]:
     return sandbox_view().hidden
 
 
+# host-wide figures in /proc that change with what other processes do (the load, free
+# memory, interrupts, forks since boot, the number of cgroups: each call makes some): covered
+# with an empty file (``/dev/null``) or, for directories, an empty read-only tmpfs, as
+# container runtimes mask them. What is left is listed in docs/environments.md.
+_PROC_MASKED_FILES = (
+    "stat", "loadavg", "meminfo", "uptime", "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo",
+    "diskstats", "interrupts", "softirqs", "schedstat", "sched_debug", "timer_list", "swaps",
+    "partitions", "locks", "key-users", "keys", "slabinfo", "vmallocinfo", "cgroups",
+    "kallsyms", "kcore", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "sysrq-trigger",
+    "iomem", "ioports", "program_cpu", "config.gz",
+)  # fmt: skip
+_PROC_MASKED_DIRS = ("pressure", "sys", "irq", "bus", "acpi", "fs", "driver", "tty", "scsi")
+
+
+@functools.cache
+def proc_masks() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``/proc`` files and directories this kernel has that the sandbox sees empty."""
+    files = tuple(f"/proc/{n}" for n in _PROC_MASKED_FILES if os.path.isfile(f"/proc/{n}"))
+    dirs = tuple(f"/proc/{n}" for n in _PROC_MASKED_DIRS if os.path.isdir(f"/proc/{n}"))
+    return files, dirs
+
+
+RUNNER_PATH = "/sandbox/runner.py"
+
+
 def bwrap_command(
-    runner: Path,
+    runner_fd: int,
     args: list[str],
     seccomp_fd: int,
     env: dict[str, str],
@@ -290,8 +329,12 @@ def bwrap_command(
     info_fd: int | None = None,
     block_fd: int | None = None,
 ) -> list[str]:
-    """The command line that runs ``runner`` with ``args`` inside the sandbox, in a tmpfs of
-    ``scratch_bytes`` at ``/scratch`` (the working directory; ``/tmp`` links to it).
+    """The command line that runs the runner (its source readable at ``runner_fd``; it is
+    copied to :data:`RUNNER_PATH`, a file of the sandbox's own, so no host path of the
+    checkout shows inside) with ``args`` inside the sandbox, in a tmpfs of ``scratch_bytes``
+    at ``/scratch`` (the working directory; ``/tmp`` links to it). Pass it to bubblewrap
+    through :func:`split_options` (``bwrap --args FD``): the sandbox's init is a copy of
+    bubblewrap, and its ``/proc/1/cmdline`` then holds only the command.
 
     ``uid``: the uid and gid the code runs as (this process must be root); None runs it as
     this process's user, mapped to 65534 in a new user namespace. ``info_fd``: bubblewrap
@@ -316,8 +359,16 @@ def bwrap_command(
     for hidden in view.hidden:
         cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
     cmd += [
-        "--perms", "0755", "--dir", "/sandbox", "--ro-bind", str(runner), "/sandbox/runner.py",
+        "--perms", "0755", "--dir", "/sandbox",
+        "--perms", "0444", "--ro-bind-data", str(runner_fd), RUNNER_PATH,
         "--proc", "/proc", "--dev", "/dev",
+    ]  # fmt: skip
+    files, dirs = proc_masks()
+    for path in files:  # /dev/null reads empty and discards writes (a plain bind is nodev)
+        cmd += ["--dev-bind", "/dev/null", path]
+    for path in dirs:
+        cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
+    cmd += [
         "--perms", "0777", "--size", str(scratch_bytes), "--tmpfs", "/scratch",
         "--symlink", "/scratch", "/tmp", "--chdir", "/scratch",
         "--remount-ro", "/dev", "--remount-ro", "/",
@@ -340,6 +391,15 @@ def bwrap_command(
     else:
         cmd += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", "--"]  # fmt: skip
     return [*cmd, python, *args]
+
+
+def split_options(cmd: list[str], fd: int) -> tuple[list[str], bytes]:
+    """``cmd`` as ``bwrap --args FD -- COMMAND...`` and the options it reads from ``fd``
+    (NUL-terminated): the sandbox's init, a copy of bubblewrap, then shows no bind, path or
+    variable in its ``/proc/1/cmdline``."""
+    end = cmd.index("--")
+    data = b"".join(os.fsencode(a) + b"\0" for a in cmd[1:end])
+    return [cmd[0], "--args", str(fd), *cmd[end:]], data
 
 
 def make_non_dumpable() -> None:

@@ -14,7 +14,11 @@ view of the interpreter only, seccomp). The limits hold for the call as a whole:
 * **disk**: none of the host's. The working directory ``/scratch`` (and ``/tmp``) is a tmpfs
   of ``scratch_mb`` inside the sandbox, in the memory budget; files are capped at
   ``output_bytes`` each (``RLIMIT_FSIZE``);
-* **time**: CPU seconds (SIGXCPU) and a wall-clock limit at which the whole sandbox dies.
+* **CPU**: ``cpus`` CPUs at once for the call's processes together (a quota on the group's
+  ``cpu`` controller: one scheduling entity however many processes it forks), and
+  ``cpu_seconds`` of CPU time for the whole call (the group's count, read when it could
+  first be spent) as well as for each process (``RLIMIT_CPU``, SIGXCPU);
+* **time**: a wall-clock limit at which the whole sandbox dies.
 
 Where no cgroup is writable (not root, no delegated cgroup v2) the same budget is kept with
 rlimits alone, by dividing it: at most ``fallback_processes`` tasks, each with an equal share
@@ -35,6 +39,7 @@ behaviour.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import shutil
@@ -73,6 +78,7 @@ class SandboxLimits:
     processes: int = 64  # tasks (processes and threads) of the call, with a cgroup
     scratch_mb: int = 64  # the tmpfs at /scratch (at most a quarter of memory_mb)
     fallback_processes: int = 4  # tasks of the call where no cgroup is writable
+    cpus: float = 1.0  # CPUs the call's processes may use at once, together (a cgroup quota)
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,10 @@ def containment(limits: SandboxLimits, isolation: str) -> dict[str, Any]:
             f"no writable cgroup ({cgroups.why_not()}): the budget is kept by rlimits alone, "
             f"{budget.tasks} tasks of {budget.process_bytes >> 20} MiB address space each"
         )
+    if budget.group is not None and budget.group.cpu:
+        info["cpus"] = limits.cpus
+    else:
+        info["cpus"] = "best-effort: no cpu controller (setsid refused, so no autogroup each)"
     return info
 
 
@@ -208,25 +218,30 @@ class _Streams:
         self.readers.remove(fd)
         return False
 
-    def serve(self, proc: subprocess.Popen, deadline: float) -> bool:
-        """Feed stdin and read stdout/stderr until ``proc`` exits (True) or ``deadline``
-        passes (False). A pidfd wakes the loop the moment it exits (``Popen.wait`` would poll
-        with sleeps that add milliseconds to every call); without one, it polls."""
+    def serve(self, proc: subprocess.Popen, deadline: float, cpu: _CpuWatch | None = None) -> str:
+        """Feed stdin and read stdout/stderr until ``proc`` exits (``"exited"``), ``deadline``
+        passes (``"wall_limit"``) or the call's processes together have used their CPU time
+        (``"cpu_limit"``, read from ``cpu`` when it is due). A pidfd wakes the loop the moment
+        it exits (``Popen.wait`` would poll with sleeps that add milliseconds to every call);
+        without one, it polls."""
         pidfd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
         try:
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
+                now = time.monotonic()
+                if now >= deadline:
+                    return "wall_limit"
+                if cpu is not None and cpu.spent(now):
+                    return "cpu_limit"
+                remaining = min(deadline, cpu.due if cpu is not None else deadline) - now
                 if pidfd is None:
                     if proc.poll() is not None:
-                        return True
+                        return "exited"
                     remaining = min(remaining, 0.005)
                 writers = [self.stdin_w] if self.stdin_w >= 0 else []
                 waits = [*self.readers, *([pidfd] if pidfd is not None else [])]
-                readable, writable, _ = select.select(waits, writers, [], remaining)
+                readable, writable, _ = select.select(waits, writers, [], max(0.0, remaining))
                 if pidfd is not None and pidfd in readable:
-                    return True
+                    return "exited"
                 for fd in readable:
                     self._read(fd)
                 self._feed(writable)
@@ -273,6 +288,36 @@ class _Streams:
         for fd in self.readers:
             os.close(fd)
         self.readers = []
+
+
+class _CpuWatch:
+    """The CPU time of a call's whole group against ``cpu_seconds`` (``RLIMIT_CPU`` counts one
+    process: four processes could take four times it). Read only when the budget could first
+    be spent: the group uses at most ``cpus`` CPUs at once, so a call that ends sooner than
+    ``cpu_seconds / cpus`` is never read at all."""
+
+    def __init__(self, group: cgroups.CallGroup, seconds: float, cpus: float) -> None:
+        self.group, self.seconds, self.cpus = group, seconds, cpus
+        self.due = time.monotonic() + seconds / cpus
+
+    def spent(self, now: float) -> bool:
+        if now < self.due:
+            return False
+        used = self.group.cpu_seconds()
+        if used is None:  # not counted here: the per-process limit alone
+            self.due = float("inf")
+            return False
+        if used >= self.seconds:
+            return True
+        self.due = now + max(0.01, (self.seconds - used) / self.cpus)
+        return False
+
+
+def _cpu_watch(group: cgroups.CallGroup | None, limits: SandboxLimits) -> _CpuWatch | None:
+    if group is None:
+        return None
+    cpus = group.cpus if group.cpus is not None else float(os.cpu_count() or 1)
+    return _CpuWatch(group, limits.cpu_seconds, cpus)
 
 
 def _children(pid: int) -> list[int]:
@@ -334,11 +379,11 @@ def _remove_tree(path: str) -> None:
 
 
 def _classify(
-    code_: int | None, timed_out: bool, streams: _Streams, limit: int, oom: bool
+    code_: int | None, ended: str, streams: _Streams, limit: int, oom: bool
 ) -> tuple[str, str]:
     out, err = (len(streams.data[fd]) for fd in (streams.out_r, streams.err_r))
-    if timed_out:
-        return "tool_timeout", "wall_limit"
+    if ended in ("wall_limit", "cpu_limit"):
+        return "tool_timeout", ended
     if oom and code_ != 0:
         return "tool_error", "memory_limit"
     if code_ in (-signal.SIGXCPU, -signal.SIGKILL):
@@ -353,6 +398,19 @@ def _classify(
 def _close_quietly(group: cgroups.CallGroup) -> None:
     with contextlib.suppress(OSError):
         group.close()
+
+
+@functools.cache
+def _runner_source() -> bytes:
+    return RUNNER.read_bytes()
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous file holding ``data``, read from its start (for bubblewrap's fds)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _unavailable(why: str) -> SandboxResult:
@@ -380,6 +438,7 @@ def run_python(
                     limits.memory_mb << 20,
                     budget.tasks + 1,  # and bubblewrap's init
                     name=f"slot-{uid}" if uid is not None else "",
+                    cpus=limits.cpus,
                 )
                 # before the uid is released (LIFO); a group the kernel cannot empty in
                 # seconds is left to be reaped when its name is used again
@@ -411,19 +470,18 @@ def _run_bwrap(
         "PATH": "",
     }
     streams = _Streams(code, limits.output_bytes)
-    seccomp_fd = os.memfd_create("forkgym-seccomp", os.MFD_CLOEXEC)
+    seccomp_fd = _memfd("forkgym-seccomp", iso.seccomp_program())
+    runner_fd = _memfd("forkgym-runner", _runner_source())
     info_r, info_w = os.pipe()
     ours = [info_r]
-    theirs = [seccomp_fd, info_w]
+    theirs = [seccomp_fd, runner_fd, info_w]
     proc = None
     sandbox = None
-    timed_out = False
+    ended = "exited"
     start = time.perf_counter()
     try:
-        os.write(seccomp_fd, iso.seccomp_program())
-        os.lseek(seccomp_fd, 0, os.SEEK_SET)
         cmd = iso.bwrap_command(
-            RUNNER,
+            runner_fd,
             args,
             seccomp_fd,
             env,
@@ -431,6 +489,11 @@ def _run_bwrap(
             uid=uid,
             info_fd=info_w,
         )
+        args_fd = os.memfd_create("forkgym-bwrap-args", os.MFD_CLOEXEC)
+        theirs.append(args_fd)
+        cmd, options = iso.split_options(cmd, args_fd)
+        os.write(args_fd, options)
+        os.lseek(args_fd, 0, os.SEEK_SET)
         stdin, stdout, stderr = streams.child_ends()
         proc = subprocess.Popen(
             cmd,
@@ -454,7 +517,8 @@ def _run_bwrap(
             except OSError as exc:  # no code was sent: it must not run outside the group
                 joined = f"the sandbox could not join its cgroup: {exc}"
                 return _unavailable(joined)
-        timed_out = not streams.serve(proc, time.monotonic() + limits.wall_seconds)
+        deadline = time.monotonic() + limits.wall_seconds
+        ended = streams.serve(proc, deadline, _cpu_watch(group, limits))
     finally:
         if group is not None:
             with contextlib.suppress(OSError):
@@ -476,7 +540,7 @@ def _run_bwrap(
     if code_ is not None and 128 < code_ < 128 + 65:
         code_ = -(code_ - 128)  # bubblewrap reports a child killed by signal N as 128 + N
     oom = group is not None and group.oom_kills() > 0
-    status, reason = _classify(code_, timed_out, streams, limits.output_bytes, oom)
+    status, reason = _classify(code_, ended, streams, limits.output_bytes, oom)
     return SandboxResult(
         status, streams.text(streams.out_r), streams.text(streams.err_r), code_, reason, seconds
     )
@@ -494,7 +558,7 @@ def _run_unsafe(code: str, limits: SandboxLimits, seed: int) -> SandboxResult:
     }
     streams = _Streams(code, limits.output_bytes)
     proc = None
-    timed_out = False
+    ended = "exited"
     start = time.perf_counter()
     try:
         stdin, stdout, stderr = streams.child_ends()
@@ -509,7 +573,7 @@ def _run_unsafe(code: str, limits: SandboxLimits, seed: int) -> SandboxResult:
             close_fds=True,
         )
         streams.started()
-        timed_out = not streams.serve(proc, time.monotonic() + limits.wall_seconds)
+        ended = streams.serve(proc, time.monotonic() + limits.wall_seconds)
     finally:
         if proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -519,7 +583,7 @@ def _run_unsafe(code: str, limits: SandboxLimits, seed: int) -> SandboxResult:
         streams.close()
         _remove_tree(scratch)
     seconds = time.perf_counter() - start
-    status, reason = _classify(proc.returncode, timed_out, streams, limits.output_bytes, False)
+    status, reason = _classify(proc.returncode, ended, streams, limits.output_bytes, False)
     return SandboxResult(
         status,
         streams.text(streams.out_r),

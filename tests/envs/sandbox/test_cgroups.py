@@ -53,6 +53,10 @@ def _start(group: cgroups.CallGroup, code: str, *args: str) -> subprocess.Popen:
     return proc
 
 
+def _members(group: cgroups.CallGroup) -> list[int]:
+    return [int(p) for p in (group.dirs[-1] / "cgroup.procs").read_text().split()]
+
+
 def test_the_groups_memory_counts_every_process_and_its_swap():
     group = cgroups.CallGroup(WHERE, 96 * MiB, 32)
     try:
@@ -98,8 +102,9 @@ print(n)
 def test_closing_kills_what_is_left_and_removes_the_group():
     group = cgroups.CallGroup(WHERE, 64 * MiB, 8)
     proc = _start(group, "import os, time\nos.setsid()\nos.fork()\ntime.sleep(60)")
-    time.sleep(0.2)
-    members = [int(p) for p in (group.dirs[-1] / "cgroup.procs").read_text().split()]
+    deadline = time.monotonic() + 30  # (a busy machine may take a while to start Python)
+    while len(members := _members(group)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(members) == 2
     group.close()
     assert proc.wait(timeout=5) == -9
@@ -126,5 +131,26 @@ def test_groups_are_made_only_under_forkgyms_own():
     group = cgroups.CallGroup(WHERE, 64 * MiB, 8)
     try:
         assert all(d.parent in WHERE.roots for d in group.dirs)
+    finally:
+        group.close()
+
+
+@pytest.mark.skipif(WHERE is None or not WHERE.cpu, reason="no cpu controller here")
+def test_the_groups_cpu_quota_holds_for_all_its_processes_together():
+    """Two processes spinning for 1.5 s in a group of half a CPU: together they get at most
+    about 0.75 CPU-seconds (an upper bound: a busy machine only lowers it), and the group
+    counts the CPU time of both, the dead one included."""
+    group = cgroups.CallGroup(WHERE, 64 * MiB, 8, cpus=0.5)
+    spin = (
+        "import os, time\nkid = os.fork()\nt = time.monotonic()\n"
+        "while time.monotonic() - t < 1.5:\n    pass\n"
+        "if kid:\n    os.waitpid(kid, 0)\n    print('done', flush=True)\n"
+    )
+    try:
+        proc = _start(group, spin)
+        out, _ = proc.communicate(timeout=60)
+        assert out.strip() == "done"
+        used = group.cpu_seconds()
+        assert used is not None and 0.05 < used <= 0.5 * 1.5 + 0.15, used
     finally:
         group.close()
