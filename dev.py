@@ -11,6 +11,8 @@
     python3 dev.py test-vllm  # the tests that need a real vLLM engine, in that environment
     python3 dev.py test-integrations  # the TRL/datasets/OpenEnv/verifiers/wandb tests, in a
                                       # third environment with those packages
+    python3 dev.py test-verl  # verl's tests in an environment installed exactly as
+                              # docs/integrations/installing.md says, and nothing more
 
 Each command creates (or reuses) a project-local virtual environment, ``.venv`` unless
 ``FORKGYM_VENV`` names another, and installs forkgym into it in editable mode with the extras
@@ -152,6 +154,21 @@ def ensure_integrations_env() -> Path:
     return python
 
 
+VERL_VENV = Path(os.environ.get("FORKGYM_VERL_VENV", ROOT / ".venv-verl"))
+
+
+def ensure_verl_env() -> Path:
+    """forkgym[verl], verl's wheel without its dependencies and pytest: what
+    docs/integrations/installing.md tells a user to install, and only that (the integrations
+    environment holds everything at once, so a module one extra lacks can come from another)."""
+    python, fresh = _ensure_other_env(VERL_VENV, "verl")
+    if fresh or not _installed(python, "pytest") or not _installed(python, "verl"):
+        pin = f"verl=={INTEGRATIONS_NO_DEPS['verl']}"
+        _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "pytest")
+        _run(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps", pin)
+    return python
+
+
 def _installed(python: Path, name: str) -> bool:
     probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
     return subprocess.run([str(python), "-c", probe], cwd=ROOT).returncode == 0
@@ -201,7 +218,7 @@ def main_job(python: Path, extra: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("help", [])
-    if command in {"run", "test", "timings", "bench-smoke", "test-vllm", "test-integrations"}:
+    if command in {"run", "test", "timings", "bench-smoke", "test-vllm", "test-integrations", "test-verl"}:  # fmt: skip
         ensure_system()
     if command == "run":
         return main_job(ensure_env(), rest)
@@ -229,6 +246,9 @@ def main(argv: list[str]) -> int:
     if command == "test-integrations":
         python = ensure_integrations_env()
         return _exec(python, "-m", "pytest", "-m", "integrations", *rest)
+    if command == "test-verl":
+        python = ensure_verl_env()
+        return _exec(python, "-m", "pytest", "-p", "no:cacheprovider", "tests/integrations/test_verl.py", *rest)  # fmt: skip
     if command == "bench-smoke":
         python = ensure_env()
         import tempfile
