@@ -12,7 +12,7 @@ math-verify's caches warmed by another; each warms up on a separate seeded set f
 its timed section starts after a full garbage collection: with sympy imported the heap holds
 some 220,000 objects, and a full collection that the warm-up left pending (about 0.1 s)
 would otherwise land in one method's window or another's by chance (a quarter of the integer
-mix's time). The collector stays on while timing. The verdict cache is off. Run: ``python benchmarks/verify_throughput.py [--quick]``.
+mix's time). The collector stays on while timing. The verdict cache is off. Run: ``python benchmarks/verify_throughput.py [--quick] [--preempt-after S]``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ METHODS = {
 TARGETS = {("integer", "inline"): 20.0, ("integer", "pool"): 20.0, ("math", "pool"): 1.7}
 
 
-def run_method(mix: str, method: str, n: int, seed: int) -> dict:
+def run_method(mix: str, method: str, n: int, seed: int, preempt_after: float = 0.0) -> dict:
     """Runs in a child process: warm up, then time one method on one mix."""
     items = MIXES[mix](n, seed)
     warm = MIXES[mix](max(8, n // 20), seed + 1_000_003)
@@ -61,7 +61,12 @@ def run_method(mix: str, method: str, n: int, seed: int) -> dict:
     else:
         from forkgym.verifiers import MathVerifier
 
-        verifier = MathVerifier(timeout=10.0, workers=0 if method == "inline" else 2, cache_size=0)
+        verifier = MathVerifier(
+            timeout=10.0,
+            workers=0 if method == "inline" else 2,
+            cache_size=0,
+            preempt_after_s=preempt_after or None,
+        )
         with verifier:
             verifier.verify_many(warm)
             gc.collect()
@@ -90,11 +95,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller mixes (a smoke run)")
     parser.add_argument("--seed", type=int, default=20261202)
+    parser.add_argument(
+        "--preempt-after",
+        type=float,
+        default=0.0,
+        help="the pool's preemption slice, seconds (0: off); one caller never preempts itself",
+    )
     parser.add_argument("--child", nargs=2, metavar=("MIX", "METHOD"), help=argparse.SUPPRESS)
     parser.add_argument("-n", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_method(*args.child, args.n, args.seed)))
+        print(json.dumps(run_method(*args.child, args.n, args.seed, args.preempt_after)))
         return 0
 
     sizes = {"integer": 400, "math": 60} if args.quick else {"integer": 5000, "math": 240}
@@ -112,6 +123,8 @@ def main() -> int:
                     str(n),
                     "--seed",
                     str(args.seed),
+                    "--preempt-after",
+                    str(args.preempt_after),
                 ],
                 check=True,
                 capture_output=True,

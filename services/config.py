@@ -36,6 +36,9 @@ class ServiceConfig:
     cache_size: int = 4096
     request_budget_s: float | None = 30.0  # grading time of one request; the rest: timeout
     timeout_memory_s: float = 600.0  # a timed-out (reference, answer) is answered at once
+    # a request kept waiting while every worker holds a long item of a busier caller stops one
+    # that has run this long and takes its worker (the item runs again later); None: never
+    preempt_after_s: float | None = 0.5
     public_docs: bool = False  # with a token: serve /docs, /redoc, /openapi.json without it
     # /get_reward (OpenRLHF's remote reward shape) must answer a float per sample: what a
     # timeout or error (reward None) becomes there; None answers 503 instead
@@ -48,5 +51,7 @@ class ServiceConfig:
             raise ValueError("timeout must be positive")
         if self.request_budget_s is not None and not self.request_budget_s > 0:
             raise ValueError("request_budget_s must be positive (or None: no budget)")
+        if self.preempt_after_s is not None and not self.preempt_after_s > 0:
+            raise ValueError("preempt_after_s must be positive (or None: never preempt)")
         if self.max_batch < 1 or self.max_body_bytes < 1024:
             raise ValueError("max_batch must be >= 1 and max_body_bytes >= 1024")

@@ -50,6 +50,11 @@ class ServiceMetrics:
             "Items graded and newly recorded (replays excluded)",
             registry=self.registry,
         )
+        self.preempted = Gauge(
+            "forkgym_items_preempted",
+            "Items stopped to give their worker to another caller, then run again",
+            registry=self.registry,
+        )
 
     def observe(self, rows: list[dict[str, Any]], seconds: float) -> None:
         self.request_seconds.observe(seconds)
@@ -61,4 +66,5 @@ class ServiceMetrics:
         self.commits.set(recorder.writer.commits)
         self.rows.set(recorder.writer.rows_written)
         self.graded.set(recorder.graded)
+        self.preempted.set(recorder.verifier.preemptions)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

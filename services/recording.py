@@ -45,6 +45,15 @@ class Item:
     unusable: str | None = None
 
 
+def caller_of(items: list[Item]) -> tuple[str, str] | None:
+    """Whom a request grades for, in the worker pool's shares: the run its items name, when
+    they all name one (every request of a run is one caller, however many it sends at
+    once); else None, and the request is a caller of its own."""
+    runs = {item.run_id for item in items}
+    run = runs.pop() if len(runs) == 1 else None
+    return None if run is None else ("run", run)
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -65,6 +74,7 @@ class Recorder:
             workers=config.workers,
             cache_size=config.cache_size,
             timeout_memory_s=config.timeout_memory_s,
+            preempt_after_s=config.preempt_after_s,
         )
         self.graded = 0  # items graded and newly recorded: a retry must not increase it
 
@@ -141,11 +151,13 @@ class Recorder:
         self, items: list[Item], rest: list[int], cancel: threading.Event | None = None
     ) -> dict[int, Outcome]:
         """Symbolic grading in the worker pool (blocks: run it in a thread), within the
-        request's budget; ``cancel`` (the client went away) stops it."""
+        request's budget; ``cancel`` (the client went away) stops it. The pool is shared
+        fairly between callers (:func:`caller_of`)."""
         outcomes = self.verifier.verify_many(
             [(items[i].reference, items[i].response) for i in rest],
             budget_s=self.config.request_budget_s,
             cancel=cancel,
+            caller=caller_of([items[i] for i in rest]),
         )
         return dict(zip(rest, outcomes, strict=True))
 

@@ -1,10 +1,13 @@
-"""Numbers that differ exactly are never equal by rounding (runs in the grading worker).
+"""Numbers compared exactly, and a decimal at the precision it is written to (runs in the
+grading worker).
 
 math-verify compares two numbers after rounding both to ``float_rounding`` decimals (6), so
 ``\\frac{1}{2^{99}}`` equals ``\\frac{1}{2^{98}}`` (both round to 0), ``\\frac{1}{2006!}``
 equals ``\\frac{1}{2004!}``, and ``0.5000001`` equals ``0.5``: a policy on a probability task
-would be paid for being off by a factor. Before math-verify decides, :func:`differ` looks at
-the two parsed sides and says ``True`` only when they are certainly different numbers:
+would be paid for being off by a factor, while ``0.33`` for ``\\frac{1}{3}``, right to the two
+places it claims, is not paid. Before math-verify decides, two rules look at the two parsed sides:
+
+:func:`differ` says ``True`` only when they are certainly different numbers:
 
 * both written exactly (no decimal point, no percent sign) and both evaluate, within size
   bounds, to rationals that differ, or to reals whose difference at 60 significant digits is
@@ -13,9 +16,18 @@ the two parsed sides and says ``True`` only when they are certainly different nu
   other side (written exactly, or a decimal with fewer places) further from it than half a
   unit in its last written place.
 
-Everything else (equal values, percentages, symbols, sets, intervals, decimals written to 6
-places or fewer, expressions too large to evaluate here) is left to math-verify, so this can
-only turn a ``correct`` into an ``incorrect``, never the reverse.
+:func:`within_written_precision` says ``True`` when the answer is a plain decimal with at
+least two significant digits, the reference is written exactly and is a rational number, and
+its value lies closer than half a unit of the decimal's last written place (``0.33`` and
+``0.333`` for ``\\frac{1}{3}``; not ``0.34``, nor ``0.3``, whose one digit would pay anything
+from 0.25 to 0.35). An irrational reference (``\\pi``, ``\\sqrt{2}``) asks for itself: a
+decimal for it is math-verify's to judge at 6 places, as before (``3.14`` is not ``\\pi``).
+A decimal in the reference is the value it states (a dataset's ``0.5`` is one half), so it is
+not widened this way; two decimals match only within half a unit of the finer one's last
+written place.
+
+Everything else (percentages, symbols, sets, intervals, expressions too large to evaluate
+here) is left to math-verify.
 """
 
 from __future__ import annotations
@@ -26,14 +38,16 @@ from typing import Any
 
 import sympy
 
-__all__ = ["differ"]
+from .fastpath import right_at_written_precision
+
+__all__ = ["differ", "within_written_precision"]
 
 # bounds on what is evaluated exactly: a power's result size in bits, a factorial's argument
 MAX_POWER_BITS = 200_000
 MAX_FACTORIAL = 5_000
 DIGITS = 60  # significant digits of the numeric comparison of irrational values
 _DECIMAL = re.compile(r"\d[.,](\d+)")  # a decimal point, or a comma (a decimal comma?)
-_PLAIN_DECIMAL = re.compile(r"[+-]?\d+\.\d+")
+_PLAIN_DECIMAL = re.compile(r"[+-]?\d*\.\d+")
 _BOX = re.compile(r"\\boxed\{(.*)\}", re.S)
 
 
@@ -102,10 +116,29 @@ def differ(reference: str, answer: str, gold: Any, pred: Any) -> bool:
         return _finer_than_rounding_differs(fine, Fraction(coarse))
     for decimal, other, other_parsed in ((ref, ans, pred), (ans, ref, gold)):
         if _PLAIN_DECIMAL.fullmatch(decimal) and _exactly_written(other):
-            value = _value(other_parsed)
-            exact = _numeric(value) if value is not None else None
+            exact = _exact_number(other_parsed)
             return exact is not None and _finer_than_rounding_differs(decimal, exact)
     return False
+
+
+def within_written_precision(reference: str, answer: str, gold: Any, pred: Any) -> bool:
+    """True when the answer is a plain decimal with at least two significant digits, the
+    reference is written exactly and is a rational number, and its value lies closer than
+    half a unit of the decimal's last written place (see the module)."""
+    ref, ans = _inner(reference), _inner(answer)
+    if "%" in ref or not _PLAIN_DECIMAL.fullmatch(ans) or not _exactly_written(ref):
+        return False
+    value = _value(gold)
+    if value is None or not value.is_Rational:
+        return False  # an irrational reference (\pi, \sqrt{2}) asks for itself
+    exact = Fraction(int(value.p), int(value.q))
+    return right_at_written_precision(Fraction(ans), _places(ans), exact)
+
+
+def _exact_number(parsed: Any) -> Fraction | None:
+    """A side written exactly, as a Fraction (see :func:`_numeric`), or None."""
+    value = _value(parsed)
+    return _numeric(value) if value is not None else None
 
 
 def _places(decimal: str) -> int:

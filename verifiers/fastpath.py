@@ -7,7 +7,9 @@ exact. The fast path only *decides* when the verdict cannot differ from the full
 * both sides parse as rationals and are equal -> correct;
 * both differ and neither is a decimal within rounding distance of the other -> incorrect;
 * anything else (units, percentages, near-equal decimals such as ``0.333333`` for ``1/3``,
-  which the full grader accepts under its rounding rule) -> ``None``: ask math-verify.
+  which the full grader accepts under its rounding rule, and a decimal answer within half a
+  unit of its last written place of a fraction, ``0.33`` for ``1/3``, which it accepts at
+  that precision) -> ``None``: ask the full grader.
 
 Inputs longer than :data:`MAX_FAST_CHARS` are never parsed here (Python's int parsing is
 quadratic in the digit count and capped by ``sys.int_info``), so the fast path is bounded.
@@ -18,12 +20,21 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["MAX_FAST_CHARS", "FastNumber", "fast_compare", "parse_number"]
+__all__ = [
+    "MAX_FAST_CHARS",
+    "FastNumber",
+    "fast_compare",
+    "parse_number",
+    "right_at_written_precision",
+]
 
 MAX_FAST_CHARS = 64
 # Decimals closer than this (relative) to the other side may be accepted by the full grader's
 # rounding rule (it keeps ~6 significant decimals); such pairs are never decided here.
 _NEAR = Fraction(1, 10**4)
+# A decimal answer is right at its written precision only with this many significant digits:
+# 0.3 for 1/3 (one digit) would pay everything from 0.25 to 0.35.
+MIN_DIGITS = 2
 
 _INT = (
     r"(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)"  # 1234 or 1,234 (groups of three; 0,111 is a decimal comma)
@@ -36,14 +47,15 @@ _FRAC = re.compile(r"([+-]?)\\[dt]?frac\{([+-]?)(\d+)\}\{(\d+)\}", re.ASCII)
 
 
 class FastNumber:
-    """A parsed plain number: its exact value (an int when it is one) and whether it was
-    written as a decimal."""
+    """A parsed plain number: its exact value (an int when it is one), whether it was written
+    as a decimal, and to how many places."""
 
-    __slots__ = ("decimal", "value")
+    __slots__ = ("decimal", "places", "value")
 
-    def __init__(self, value: int | Fraction, decimal: bool) -> None:
+    def __init__(self, value: int | Fraction, decimal: bool, places: int = 0) -> None:
         self.value = value
         self.decimal = decimal
+        self.places = places
 
     def __repr__(self) -> str:
         return f"FastNumber({self.value!s}, decimal={self.decimal})"
@@ -76,7 +88,7 @@ def parse_number(text: str) -> FastNumber | None:
         value: int | Fraction = int(whole)
         if frac:
             value += Fraction(int(frac), 10 ** len(frac))
-        return FastNumber(-value if sign == "-" else value, decimal=bool(frac))
+        return FastNumber(-value if sign == "-" else value, bool(frac), len(frac or ""))
     m = _SLASH.fullmatch(s) or _FRAC.fullmatch(s)
     if m:
         groups = m.groups()
@@ -103,4 +115,19 @@ def fast_compare(reference: str, answer: str) -> bool | None:
         scale = max(abs(ref.value), abs(got.value), Fraction(1))
         if abs(ref.value - got.value) <= _NEAR * scale:
             return None  # a rounding question: the full grader's rule decides
+        answer_right = (
+            got.decimal
+            and not ref.decimal
+            and right_at_written_precision(Fraction(got.value), got.places, Fraction(ref.value))
+        )
+        if answer_right:
+            return None  # at its written precision: the full grader decides (it reads the texts)
     return False
+
+
+def right_at_written_precision(decimal: Fraction, places: int, exact: Fraction) -> bool:
+    """Whether a decimal written to ``places`` places, with at least :data:`MIN_DIGITS`
+    significant digits, is closer to ``exact`` than half a unit of its last place (``0.33``
+    and ``0.333`` for 1/3; not ``0.34``, nor ``0.3`` with its one digit)."""
+    digits = len(str(abs(decimal) * 10**places)) if decimal else 0  # 0.016: "16", 2 digits
+    return digits >= MIN_DIGITS and abs(decimal - exact) < Fraction(1, 2 * 10**places)

@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -31,10 +31,11 @@ from typing import Any, NamedTuple
 
 from .boxes import box_argument, boxed_spans, unclosed_box_content
 from .extract import Extraction, boxed_answer, read_found, read_math, split_top_level
-from .fair_slots import FairSlots
+from .fair_slots import FairSlots, Ticket
 from .fastpath import fast_compare
 from .outcome import DEFAULT_REWARDS, Outcome, RewardMap, Status
 from .presets import extractor_for
+from .prose import readable_prose
 from .spellings import respell
 from .worker_pool import WorkerPool, failure_status
 
@@ -56,7 +57,10 @@ __all__ = [
 # "last": only the last box of each side is the answer.
 MULTI_BOX = ("list", "parts", "last")
 # Changes whenever forkgym's own reading of answers changes (part of the verifier version).
-GRADING_RULES = 3  # 3: exactly different numbers differ; the last stated answer governs
+# 3: exactly different numbers differ; the last stated answer governs. 4: a decimal answer is
+# right at its written precision; a one-variable relation equals its interval; prose loses the
+# inline math that math-verify's LaTeX reading refuses.
+GRADING_RULES = 4
 
 _WORKER_MODULE = "forkgym.verifiers.math_worker"
 _CACHEABLE = frozenset({Status.CORRECT, Status.INCORRECT, Status.INVALID})
@@ -70,9 +74,9 @@ def parser_input(answer: str, plain: bool = False, raw: bool = False) -> str:
     """The exact text math-verify parses for an extracted answer: a number written as plain
     text (``plain``) as it stands, anything else inside a box, so that math-verify reads that
     text, all of it, as math; a whole response (``raw``, the ``prose`` strategy) as written,
-    for math-verify's own extraction."""
+    less the inline math that math-verify's LaTeX reading refuses, for its own extraction."""
     if raw:
-        return answer
+        return readable_prose(answer)
     if plain and _PLAIN_NUMBER.fullmatch(answer):
         return answer
     return "\\boxed{" + respell(answer) + "}"
@@ -207,6 +211,10 @@ class MathVerifier:
             reference is one part, and the response must answer each, in order (its last as
             many boxes, or its one answer cut at top-level commas or semicolons).
             ``"last"``: the last box of each side alone.
+        preempt_after_s: a call kept waiting while every worker holds a long item of a busier
+            caller stops one that has run this many seconds and takes its worker; the item
+            runs again later from the start, with its full limit, and is never preempted
+            twice (see :mod:`~forkgym.verifiers.fair_slots`). None (default): never preempt.
     """
 
     name = "math"
@@ -226,6 +234,7 @@ class MathVerifier:
         numeric_precision: int = 15,
         timeout_memory_s: float = 600.0,
         multi_box: str = "list",
+        preempt_after_s: float | None = None,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
@@ -238,6 +247,7 @@ class MathVerifier:
             "fast_path": fast_path, "cache_size": cache_size, "memory_limit_mb": memory_limit_mb,
             "float_rounding": float_rounding, "numeric_precision": numeric_precision,
             "timeout_memory_s": timeout_memory_s, "multi_box": multi_box,
+            "preempt_after_s": preempt_after_s,
         }  # fmt: skip
         if workers is None:
             workers = os.cpu_count() or 1
@@ -259,8 +269,9 @@ class MathVerifier:
         self.timeout_memory_s = float(timeout_memory_s)
         self._timed_out: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool: WorkerPool | None = None
-        # at most one item per worker in the pool; free workers go round-robin to callers
-        self._slots = FairSlots(max(workers, 1))
+        # at most one item per worker in the pool; free workers go fairly to callers, and a
+        # caller left waiting may take over a worker from a long item of a busier caller
+        self._slots = FairSlots(max(workers, 1), preempt_after_s)
         if workers > 0:
             self._pool = WorkerPool(
                 workers, preload=[_WORKER_MODULE], memory_limit_mb=memory_limit_mb
@@ -292,6 +303,11 @@ class MathVerifier:
             f";round={self.float_rounding};precision={self.numeric_precision}"
             f";multi_box={self.multi_box}"
         )
+
+    @property
+    def preemptions(self) -> int:
+        """Items stopped so far to give their worker to another caller (and run again)."""
+        return self._slots.preemptions
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -376,17 +392,19 @@ class MathVerifier:
         *,
         budget_s: float | None = None,
         cancel: threading.Event | None = None,
+        caller: Hashable | None = None,
     ) -> list[Outcome]:
         """Grade many ``(reference, response)`` pairs; outcomes come back in the same order.
 
-        Identical pairs are graded once, and submissions are windowed so every worker always
-        has its next item queued without flooding memory on very long inputs.
+        Identical pairs are graded once. The pool is shared fairly with concurrent calls
+        (see :mod:`~forkgym.verifiers.fair_slots`): calls given the same ``caller`` count as
+        one caller; a call given none is a caller of its own.
         """
         items = [self._prepare(reference, response) for reference, response in pairs]
         todo = self._pending(items)
         if todo:
             deadline = None if budget_s is None else time.monotonic() + budget_s
-            self._grade_symbolic(todo, deadline=deadline, cancel=cancel)
+            self._grade_symbolic(todo, deadline=deadline, cancel=cancel, caller=caller)
         return [self._outcome(item) for item in items]
 
     def _prepare(self, reference: str, response: str) -> _Item:
@@ -512,6 +530,7 @@ class MathVerifier:
         todo: dict[tuple[str, str], list[_Item]],
         deadline: float | None = None,
         cancel: threading.Event | None = None,
+        caller: Hashable | None = None,
     ) -> None:
         """Stage 3 for every distinct pending key; fills in the waiting items.
 
@@ -528,44 +547,36 @@ class MathVerifier:
                 self._resolve(key, waiting, Status(status), details)
             return
 
-        pending = deque(todo)
-        in_flight: dict[Future, tuple[str, str]] = {}
+        pending = deque(todo)  # not started yet
+        again: deque[tuple[str, str]] = deque()  # preempted: to run again from the start
+        in_flight: dict[Future, tuple[tuple[str, str], Ticket]] = {}
         lane = object()  # this call's turn in the pool, shared fairly with concurrent calls
         try:
-            while pending or in_flight:
-                # start what this call's turn allows; block (briefly) only with nothing running
-                while pending and self._slots.acquire(lane, timeout=0 if in_flight else 0.05):
-                    key = pending.popleft()
-                    self._mark_started(todo[key])
-                    try:
-                        future = self._pool.submit(
-                            _grade_in_worker,
-                            *key,
-                            self.float_rounding,
-                            self.numeric_precision,
-                            timeout=self.timeout,
-                        )
-                    except Exception as exc:  # the pool cannot start: every item says so
-                        self._slots.release()
-                        self._resolve(key, todo[key], *failure_status(exc, self.timeout))
-                        continue
-                    in_flight[future] = key
+            while pending or again or in_flight:
+                self._start_turns(todo, pending, again, in_flight, lane, caller)
                 done: set[Future] = set()
                 if in_flight:
-                    wait_s = 0.05 if (pending or cancel is not None) else None
+                    polling = pending or again or cancel is not None or self._slots.preempt_after
+                    wait_s = 0.05 if polling else None
                     if deadline is not None:
                         left = max(0.0, deadline - time.monotonic())
                         wait_s = left if wait_s is None else min(wait_s, left)
                     done, _ = wait(in_flight, timeout=wait_s, return_when=FIRST_COMPLETED)
+                    # a preempted item's future is done once stopped, whether or not the pool
+                    # has told its waiters yet
+                    done |= {f for f, (_, t) in in_flight.items() if t.preempted and f.done()}
                 stop = "cancelled" if cancel is not None and cancel.is_set() else None
                 if stop is None and deadline is not None and time.monotonic() >= deadline:
                     stop = "request_budget"
                 if stop is not None and not done:
-                    self._stop(todo, pending, in_flight, stop)
+                    self._stop(todo, [*again, *pending], in_flight, stop)
                     return
                 for future in done:
-                    key = in_flight.pop(future)
-                    self._slots.release()
+                    key, ticket = in_flight.pop(future)
+                    self._slots.release(ticket)
+                    if ticket.preempted and future.cancelled():  # its slot went to another caller
+                        again.append(key)
+                        continue
                     try:
                         status, details = future.result()
                         status = Status(status)
@@ -575,17 +586,56 @@ class MathVerifier:
         finally:
             self._slots.leave(lane)
 
-    def _stop(
+    def _start_turns(
         self,
         todo: dict[tuple[str, str], list[_Item]],
         pending: deque[tuple[str, str]],
-        in_flight: dict[Future, tuple[str, str]],
+        again: deque[tuple[str, str]],
+        in_flight: dict[Future, tuple[tuple[str, str], Ticket]],
+        lane: object,
+        caller: Hashable | None,
+    ) -> None:
+        """Start what this call's turn allows (a rerun first when the reruns allow it); block
+        (briefly) only with nothing running."""
+        assert self._pool is not None
+        while pending or again:
+            ticket = self._slots.acquire(
+                lane,
+                caller,
+                fresh=bool(pending),
+                rerun=bool(again),
+                timeout=0 if in_flight else 0.05,
+            )
+            if ticket is None:
+                return
+            key = (again if ticket.rerun else pending).popleft()
+            self._mark_started(todo[key])
+            try:
+                future = self._pool.submit(
+                    _grade_in_worker,
+                    *key,
+                    self.float_rounding,
+                    self.numeric_precision,
+                    timeout=self.timeout,
+                )
+            except Exception as exc:  # the pool cannot start: every item says so
+                self._slots.release(ticket)
+                self._resolve(key, todo[key], *failure_status(exc, self.timeout))
+                continue
+            self._slots.started(ticket, future.cancel)
+            in_flight[future] = (key, ticket)
+
+    def _stop(
+        self,
+        todo: dict[tuple[str, str], list[_Item]],
+        pending: list[tuple[str, str]],
+        in_flight: dict[Future, tuple[tuple[str, str], Ticket]],
         reason: str,
     ) -> None:
         """Stop the items in the workers and give every unfinished item ``reason``."""
-        for future, key in in_flight.items():
+        for future, (key, ticket) in in_flight.items():
             future.cancel()  # a running task's worker is stopped and replaced
-            self._slots.release()
+            self._slots.release(ticket)
             self._resolve(key, todo[key], Status.TIMEOUT, {"reason": reason})
         for key in pending:
             self._mark_started(todo[key])

@@ -14,7 +14,8 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from .exact_numbers import differ
+from .exact_numbers import differ, within_written_precision
+from .relations import same_interval
 
 __all__ = ["grade", "warm_up"]
 
@@ -76,6 +77,8 @@ def grade(
     try:
         if differ(reference, answer, gold[0], pred[0]):  # never equal by rounding
             return "incorrect", {"compared": "exactly"}
+        if within_written_precision(reference, answer, gold[0], pred[0]):
+            return "correct", {"compared": "written_precision"}
     except (MemoryError, RecursionError):
         return "timeout", {"reason": "memory_limit", "stage": "exact"}
     try:
@@ -86,6 +89,8 @@ def grade(
             numeric_precision=numeric_precision,
             timeout_seconds=None,
         )
+        if not ok and same_interval(gold[0], pred[0]):  # a relation against its interval
+            return "correct", {"compared": "as_interval"}
     except MemoryError:
         return "timeout", {"reason": "memory_limit", "stage": "verify"}
     return ("correct" if ok else "incorrect"), {}

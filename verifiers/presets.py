@@ -93,8 +93,9 @@ PRESETS.register(
         ("boxed", "prose"),
         False,
         "answers in prose, read as math-verify reads them, for users moving from it: the last "
-        "\\boxed{}, else math-verify's own extraction over the whole response ('Answer $9$'). "
-        "forkgym's guards stay: a cut-off box is no answer, exact numbers are compared exactly",
+        "\\boxed{}, else math-verify's own extraction over the whole response ('Answer $9$'), "
+        "less inline math that crosses a line (its LaTeX reading refuses it). forkgym's guards "
+        "stay: a cut-off box is no answer, exact numbers are compared exactly",
         "The solution is $x \\neq 5$",
     ),
 )

@@ -21,7 +21,15 @@ def fill(url: str) -> None:
 
 def test_serve_help_lists_its_options():
     out = runner.invoke(app, ["serve", "--help"], terminal_width=200).stdout
-    for option in ("--db", "--host", "--port", "--workers", "--timeout", "--token"):
+    for option in (
+        "--db",
+        "--host",
+        "--port",
+        "--workers",
+        "--timeout",
+        "--token",
+        "--preempt-after",
+    ):
         assert option in out
 
 

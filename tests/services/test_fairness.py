@@ -1,5 +1,6 @@
 """One client cannot monopolise the service: a per-request budget, grading that stops when the
-client leaves, and timeouts answered from memory. Real servers over real sockets.
+client leaves, timeouts answered from memory, fair shares of the workers, and long items that
+give way to a waiting caller. Real servers over real sockets.
 
 The bounds are generous on purpose (a loaded CI machine must pass): each separates "stopped"
 from "ran to the end" by several seconds, never by milliseconds.
@@ -108,3 +109,112 @@ def test_a_batch_of_slow_items_does_not_queue_ahead_of_another_client(unbudgeted
     # served would also wait for the batch's next item (over 5.5 s)
     assert seconds < LIMIT + 1.5
     batch.join()
+
+
+# -- preemption: a flood of pathological items does not hold a benign request for a limit ------
+
+FLOOD = (  # each runs into the 5 s limit
+    r"\boxed{(10^{7})!}",
+    r"\boxed{9^{9^{9^{9}}}}",
+    r"\boxed{\sum_{k=1}^{10^{9}} k^{k}}",
+    r"\boxed{7^{7^{7^{7}}}}",
+)
+FLOOD_LIMIT = 5.0
+
+
+@pytest.fixture(scope="module")
+def flooded_server(tmp_path_factory):
+    """Two workers, a 5 s limit and the default --preempt-after (0.5 s)."""
+    srv = start_server(
+        tmp_path_factory.mktemp("flood") / "flood.db",
+        "--workers", "2", "--timeout", str(FLOOD_LIMIT), "--timeout-memory", "0",
+    )  # fmt: skip
+    yield srv
+    srv.stop()
+
+
+def _preempted(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("forkgym_items_preempted "):
+            return float(line.split()[1])
+    raise AssertionError("no forkgym_items_preempted metric")
+
+
+def _benign_wait_during_flood(server, tag: str, requests: int, run_id: str | None = None):
+    """Client A posts 8 pathological items (in ``requests`` concurrent requests); once they
+    hold both workers past the slice, client B posts one symbolic item. Returns B's wall
+    time, A's outcomes and how many items were preempted meanwhile."""
+    import threading
+
+    url = server.url
+    items = [
+        {"reference": str(n), "response": FLOOD[n % 4], "id": f"{tag}-{n}", "run_id": run_id}
+        for n in range(8)
+    ]
+    outcomes: list[dict] = []
+    before = _preempted(url)
+
+    def post(chunk: list[dict]) -> None:
+        with httpx.Client(timeout=120) as client_a:
+            reply = client_a.post(f"{url}/v1/verify/batch", json={"items": chunk})
+        outcomes.extend(reply.json()["outcomes"])
+
+    chunks = [items[i::requests] for i in range(requests)]
+    flood = [threading.Thread(target=post, args=(chunk,)) for chunk in chunks]
+    for thread in flood:
+        thread.start()
+    time.sleep(1.0)  # A's items hold both workers and have run past the slice
+    k = sum(map(ord, tag))  # a symbolic item of its own: never answered from the cache
+    simple = {"reference": f"2x+{k}", "response": rf"\boxed{{{k}+2x}}"}
+    with httpx.Client(timeout=60) as client_b:
+        response, seconds = _timed(lambda: client_b.post(f"{url}/v1/verify", json=simple))
+    assert response.json()["status"] == "correct"
+    assert response.json()["details"]["path"] == "math_verify"  # graded in the pool
+    for thread in flood:
+        thread.join()
+    print(f"\nbenign wait during a flood ({requests} request(s)): {seconds:.2f} s")
+    return seconds, outcomes, _preempted(url) - before
+
+
+def _every_item_once_as_a_timeout(server, tag: str, outcomes: list[dict]) -> None:
+    """The flood's items all come back as what they are (the limit ran out: ``timeout``,
+    preempted or not), and each is recorded once."""
+    assert sorted(o["id"] for o in outcomes) == sorted(f"{tag}-{n}" for n in range(8))
+    assert {(o["status"], o["details"]["reason"]) for o in outcomes} == {("timeout", "time_limit")}
+    with sqlite3.connect(server.db) as conn:
+        rows = conn.execute(
+            "select count(*), count(distinct id) from verification_outcomes where id like ?",
+            (f"{tag}-%",),
+        ).fetchone()
+    assert rows == (8, 8)
+
+
+@pytest.mark.slow
+def test_a_flood_in_one_request_does_not_hold_a_benign_request_for_a_limit(flooded_server):
+    seconds, outcomes, preempted = _benign_wait_during_flood(flooded_server, "one", 1)
+    # preempted: stopping an item and the symbolic grading (0.13-0.29 s on an idle machine);
+    # without preemption, the rest of the 5 s limit of the item B waits for (about 4 s)
+    assert seconds < FLOOD_LIMIT / 2
+    assert preempted == 1
+    _every_item_once_as_a_timeout(flooded_server, "one", outcomes)
+
+
+@pytest.mark.slow
+def test_a_flood_split_into_many_requests_does_not_either(flooded_server):
+    """Eight concurrent requests of one item each: eight callers, so they may preempt items
+    that were running before they came (each item at most once), but the last worker never
+    holds a rerun, so B still finds one to take over."""
+    seconds, outcomes, preempted = _benign_wait_during_flood(flooded_server, "split", 8)
+    assert seconds < FLOOD_LIMIT / 2
+    assert 1 <= preempted <= 8
+    _every_item_once_as_a_timeout(flooded_server, "split", outcomes)
+
+
+@pytest.mark.slow
+def test_the_requests_of_one_run_are_one_caller(flooded_server):
+    """A run that names itself (run_id, as the clients send it) is one caller however many
+    requests it sends at once: they never preempt each other, and B takes one worker."""
+    seconds, outcomes, preempted = _benign_wait_during_flood(flooded_server, "labelled", 4, "flood")
+    assert seconds < FLOOD_LIMIT / 2
+    assert preempted == 1  # B's, and no other
+    _every_item_once_as_a_timeout(flooded_server, "labelled", outcomes)

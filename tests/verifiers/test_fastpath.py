@@ -77,7 +77,10 @@ def test_fractions_are_exact(p, q):
 
 def test_near_decimals_are_deferred_not_decided():
     assert fast_compare("1/3", "0.333333") is None  # math-verify's rounding rule decides
-    assert fast_compare("1/3", "0.33") is False
+    assert fast_compare("1/3", "0.33") is None  # right at its written precision: the worker's
+    assert fast_compare("1/3", "0.34") is False  # off by more than half a unit of its place
+    assert fast_compare("0.33", "1/3") is False  # a reference's decimal is the value it states
+    assert fast_compare("1/3", "0.3") is False  # one significant digit is too coarse to pay
     assert fast_compare("2", "2.0") is True
     assert fast_compare("10**20", "1") is None
 

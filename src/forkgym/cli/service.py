@@ -71,6 +71,13 @@ TimeoutMemoryOption = Annotated[
     float,
     typer.Option(help="Seconds a timed-out answer is remembered and answered at once (0: off)."),
 ]
+PreemptAfterOption = Annotated[
+    float,
+    typer.Option(
+        help="Seconds an item runs before a request kept waiting by a busier caller may stop "
+        "it and take its worker; the item runs again later with its full limit (0: never)."
+    ),
+]
 PublicDocsOption = Annotated[
     bool,
     typer.Option(help="With --token: serve /docs, /redoc and /openapi.json without it."),
@@ -100,6 +107,7 @@ def serve(
     synchronous: SynchronousOption = "NORMAL",
     request_budget: RequestBudgetOption = 30.0,
     timeout_memory: TimeoutMemoryOption = 600.0,
+    preempt_after: PreemptAfterOption = 0.5,
     public_docs: PublicDocsOption = False,
     null_reward: NullRewardOption = "0.0",
     log_level: LogLevelOption = "warning",
@@ -119,6 +127,7 @@ def serve(
         synchronous=synchronous,
         request_budget=request_budget,
         timeout_memory=timeout_memory,
+        preempt_after=preempt_after,
         public_docs=public_docs,
         null_reward=null_reward,
     )
@@ -148,6 +157,7 @@ def _service_config(
     synchronous: str,
     request_budget: float,
     timeout_memory: float,
+    preempt_after: float,
     public_docs: bool,
     null_reward: str,
 ) -> ServiceConfig:
@@ -176,6 +186,7 @@ def _service_config(
             public_docs=public_docs,
             request_budget_s=request_budget or None,
             timeout_memory_s=timeout_memory,
+            preempt_after_s=preempt_after or None,
             null_reward=null,
         )
     except ValueError as exc:

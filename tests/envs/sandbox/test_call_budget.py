@@ -251,7 +251,16 @@ def test_the_host_load_other_calls_and_host_paths_are_not_readable():
     on the shared read-only binds) and ``sysinfo`` are refused, and neither the init's
     command line nor the mount table names a path of the checkout."""
     out = run_python(SIDE_CHANNELS).stdout
-    for name in ("stat", "loadavg", "meminfo", "uptime", "vmstat", "interrupts", "cgroups", "locks"):
+    for name in (
+        "stat",
+        "loadavg",
+        "meminfo",
+        "uptime",
+        "vmstat",
+        "interrupts",
+        "cgroups",
+        "locks",
+    ):
         assert re.search(rf"^{name} 0$", out, re.M), out
     assert "inotify -1 1" in out and "sysinfo -1 1" in out, out  # EPERM
     assert "sys []" in out and "runner True" in out, out
