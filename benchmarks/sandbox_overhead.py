@@ -43,6 +43,9 @@ MODES = ("unsafe-local", "bwrap")
 
 
 def _spin() -> None:
+    # a session of its own, as a separate job would have: the kernel's autogroup would
+    # otherwise lump the spinners with this process, and they would barely load the calls
+    os.setsid()
     while True:
         pass
 
