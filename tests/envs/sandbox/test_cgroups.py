@@ -154,3 +154,18 @@ def test_the_groups_cpu_quota_holds_for_all_its_processes_together():
         assert used is not None and 0.05 < used <= 0.5 * 1.5 + 0.15, used
     finally:
         group.close()
+
+
+@pytest.mark.skipif(WHERE is None or WHERE.version != 1, reason="cgroup v1 only")
+def test_on_v1_tcp_buffers_are_charged_to_the_group_too():
+    """cgroup v1 charges TCP buffers to a group only once its ``memory.kmem.tcp`` limit is
+    set (v2 charges socket memory by default): the call's budget is set there as well, beside
+    seccomp's refusal of AF_INET inside the sandbox."""
+    group = cgroups.CallGroup(WHERE, 96 * MiB, 8)
+    try:
+        tcp = WHERE.root("memory") / group.name / "memory.kmem.tcp.limit_in_bytes"
+        if not tcp.exists():
+            pytest.skip("this kernel has no memory.kmem.tcp")
+        assert int(tcp.read_text()) == 96 * MiB
+    finally:
+        group.close()
