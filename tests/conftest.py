@@ -6,9 +6,20 @@ import os
 import sys
 from pathlib import Path
 
+# One intra-op thread for torch here and in every subprocess a test starts: the suite's numbers
+# then do not depend on the machine's core count, and a busy machine cannot stall it. With two
+# threads beside other work, each of the thousands of tiny forward passes waits at its parallel
+# region for a descheduled thread (measured: a vocabulary enumeration took 105 s with one thread
+# beside two spinning processes, and had not finished after 280 s with two). Set
+# OMP_NUM_THREADS to choose another count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
+import torch
 
 from forkgym.verifiers import MathVerifier
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # the scripts' shared helpers (benchmarks/lib), imported as the scripts import them: `lib.…`
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

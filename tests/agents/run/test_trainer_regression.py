@@ -63,6 +63,9 @@ COMMON: dict[str, Any] = {
     # recorded before the held-out partition existed: training and evaluation draw from every
     # task (tests/envs/test_held_out.py and the trainer tests cover the partition)
     "held_out": False,
+    # two intra-op threads, as every recording was made: the thread count splits torch's
+    # reductions, so it is part of the arithmetic (the suite itself runs with one)
+    "threads": 2,
 }
 RUNS: dict[str, dict[str, Any]] = {
     "rloo": {"estimator": "rloo"},
@@ -86,13 +89,24 @@ RUNS: dict[str, dict[str, Any]] = {
 
 def run_all(model_dir: Path, work: Path, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Every run through the ``forkgym train`` command; metrics without wall-clock fields."""
+    import torch
+
+    out: dict[str, Any] = {}
+    work.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()  # the runs set their own; the suite's is restored after
+    try:
+        _run_each(model_dir, work, env_kwargs, out)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _run_each(model_dir: Path, work: Path, env_kwargs: dict[str, Any], out: dict[str, Any]) -> None:
     from typer.testing import CliRunner
 
     from forkgym.agents.run.runlog import read_metrics
     from forkgym.cli import app
 
-    out: dict[str, Any] = {}
-    work.mkdir(parents=True, exist_ok=True)
     for name, overrides in RUNS.items():
         cfg = {**COMMON, "env_kwargs": env_kwargs, **overrides}
         cfg.update(model=str(model_dir), out=str(work / name))
@@ -104,7 +118,6 @@ def run_all(model_dir: Path, work: Path, env_kwargs: dict[str, Any]) -> dict[str
             {k: v for k, v in m.items() if not k.startswith(WALL_CLOCK)}
             for m in read_metrics(work / name)
         ]
-    return out
 
 
 def weights_hash(model_dir: Path) -> str:
