@@ -20,8 +20,9 @@ same fractions of the budget.
   critic cannot read) and on CheckedSteps at two lengths (each turn's tool result reveals
   progress; GiGPO's turn-level credit from matched states beside them there). Every regime
   evaluates on one fixed list of 1,000 distinct held-out problems and validates on 300 others.
-  Its budgets are still small (30,000 tokens, not yet set where learning flattens) and its
-  learning rates are those the quick preset's sweep chose, not a sweep per regime.
+  Every method is swept per regime on two tuning seeds (its learning rate; PPO's critic's rate
+  and pretraining steps; Vine's continuations and state spacing). Its budgets are still small
+  (30,000 tokens), not yet set where learning flattens.
 """
 
 from __future__ import annotations
@@ -170,14 +171,16 @@ _ARITH_FULL = Regime(
     ceiling_prompts=8,
 )
 
-# the quick preset's sweep (docs/bench.md, 2026-12-05): methods it did not sweep take the
-# closest one's (reinforce_ema and vine: RLOO's; ppo_hybrid: PPO's; gigpo: GRPO's)
-_SWEPT = {
-    "reinforce_ema": {"lr": 1e-4}, "rloo": {"lr": 1e-4}, "grpo": {"lr": 1e-4},
-    "remax": {"lr": 2e-4}, "raft": {"lr": 1e-4}, "sft": {"lr": 4e-4}, "vine": {"lr": 1e-4},
-    "ppo": {"lr": 2e-4, "value_lr": 1e-3}, "ppo_hybrid": {"lr": 2e-4, "value_lr": 1e-3},
-    "gigpo": {"lr": 1e-4},
-}  # fmt: skip
+# the boundary's sweep, the same in every regime and run per regime on the tuning seeds: every
+# method's learning rate; PPO's critic's rate and its pretraining steps (0: none); Vine's
+# continuations per state and the tokens between its states inside a turn. A choice at an edge
+# is followed past it (bench/tuning.py), so a grid only has to bracket the likely choice.
+_BOUNDARY_LRS = (1e-4, 2e-4, 4e-4)
+_BOUNDARY_VALUE_LRS = (2e-4, 1e-3)
+_BOUNDARY_OPTIONS: dict[str, dict[str, tuple[float, ...]]] = {
+    "ppo": {"value_warmup_steps": (0, 6)},
+    "vine": {"rollouts": (2, 4), "chunk": (16, 32)},
+}
 # one method per way to an advantage (a group: RLOO and GRPO; a learned critic: PPO; Monte
 # Carlo values from forks: Vine; anchor states: GiGPO, multi-turn only), RAFT and SFT as
 # references; the variants (ReMax, REINFORCE-EMA, the PPO hybrid) stay in `quick` and `full`
@@ -206,7 +209,8 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
     values: dict[str, Any] = dict(
         name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
         budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
-        fixed=_SWEPT, checkpoint_every=1_000,
+        tune_lrs=_BOUNDARY_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_BOUNDARY_OPTIONS,
+        checkpoint_every=1_000,
     )  # fmt: skip
     values.update(more)
     return Regime(**values)
@@ -283,6 +287,7 @@ PRESETS: dict[str, Preset] = {
         eval_episodes=1000,
         eval_fractions=(0.25, 0.5, 1.0),
         validation_episodes=300,
+        tune_seeds=(100, 101),
     ),
 }
 

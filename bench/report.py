@@ -24,6 +24,7 @@ from .ceiling import ceiling_table
 from .held_out import distinct_problems, overlap
 from .methods import resolve_method
 from .paired import paired_compare, paired_min_detectable, seeds_needed, variance_parts
+from .plateau import Plateau, budget_lines, find_plateau
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
@@ -391,10 +392,18 @@ def write_report(
     if len(found) > 1:
         crossover = plot_crossover(out, preset, {name: runs for name, (_, runs) in found.items()})
         summary += ["", "Final held-out accuracy by regime and method (mean and 95% interval over seeds):", "", f"![crossover]({crossover.relative_to(out).as_posix()})"]  # fmt: skip
+    if budgets := budget_lines(_budgets(preset, found)):
+        summary += ["", "## Budget", "", *budgets]
     path = out / "report.md"
     path.write_text("\n".join(lines + summary + [""] + body) + "\n")
     log(f"report: {path}")
     return path
+
+
+def _budgets(preset: Preset, found: dict[str, tuple[dict[str, Any], dict[str, list[RunSummary]]]]) -> list[Plateau]:  # fmt: skip
+    """Each regime's budget verdict (:func:`find_plateau`), in the preset's order."""
+    verdicts = [find_plateau(r.name, r.budget_tokens, found[r.name][1]) for r in preset.regimes if r.name in found]  # fmt: skip
+    return [p for p in verdicts if p is not None]
 
 
 def _lr_words(regime: Regime, preset: Preset) -> str:
@@ -551,9 +560,11 @@ def plan_lines(out: Path, preset: Preset, target: float) -> list[str]:
     """``forkgym bench --plan``: from the finished runs in ``out`` (a pilot), per regime and
     pair of methods with per-task outcomes on one task list, the pilot's variance split into
     its seeds' and tasks' parts and the seeds per method a minimum detectable difference of
-    ``target`` needs over the regime's pairs (Holm's first step, power 0.8)."""
+    ``target`` needs over the regime's pairs (Holm's first step, power 0.8); then each
+    regime's budget verdict and the budget to set (:mod:`.plateau`)."""
+    found = _collect(out, preset)
     lines = [f"Seeds per method for a minimum detectable difference of {target:.3f} (80% power, Holm over each regime's pairs), from the pilot in {out}:", ""]  # fmt: skip
-    for name, (_, runs) in _collect(out, preset).items():
+    for name, (_, runs) in found.items():
         recorded = {m: x for m, rs in runs.items() if len(rs) >= 2 and (x := _paired_outcomes(rs))}  # fmt: skip
         names = sorted(recorded)
         pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if recorded[a][0] == recorded[b][0]]  # fmt: skip
@@ -568,4 +579,6 @@ def plan_lines(out: Path, preset: Preset, target: float) -> list[str]:
             shown = "more tasks needed" if math.isinf(need) else str(need)
             lines.append(f"| {a} − {b} | {min(len(xa), len(xb))} | {len(tasks)} | {run_var:.5f} | {task_var:.4f} | {shown} |")  # fmt: skip
         lines.append("")
+    if budgets := budget_lines(_budgets(preset, found)):
+        lines += [f"Budgets, from the pilot in {out}:", "", *budgets]
     return lines

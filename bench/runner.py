@@ -41,6 +41,7 @@ __all__ = [
     "held_out_accuracy",
     "regime_held_out",
     "run_bench",
+    "run_cell",
     "run_cells",
     "run_dir",
 ]
@@ -231,13 +232,15 @@ def run_bench(
     log: Log = print,
     command: str | None = None,
     jobs: int = 1,
+    ray_address: str | None = None,
 ) -> Path:
     """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
     report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it;
     ``command`` is what the report says produced it. ``jobs`` > 1 runs a regime's reported
     cells (method x seed, once the tuning has chosen) in that many processes, the machine's
-    threads split between them (:func:`run_cells`); a cell is its run folder, so a stopped
-    benchmark resumes however many jobs ran it."""
+    threads split between them (:func:`run_cells`); ``ray_address`` places them on that Ray
+    cluster instead (:mod:`.ray_cells`). A cell is its run folder, so a stopped benchmark
+    resumes however many jobs, or whichever cluster, ran it."""
     from transformers.utils import logging as hf_logging
 
     from forkgym.agents.models import init_model
@@ -292,7 +295,7 @@ def run_bench(
                 folder = run_dir(out, regime, name, seed)
                 if not (folder / "done.json").exists():
                     cells.append(Cell(tuned_regime, tuned_method, name, seed, folder, choice, warm["model"]))  # fmt: skip
-        run_cells(cells, preset, log, jobs)
+        run_cells(cells, preset, log, jobs, ray_address)
         first_seed = min(seeds or preset.seeds)
         if regime.ceiling_prompts and "ppo" in names:
             first = run_dir(out, regime, "ppo", first_seed)
@@ -317,7 +320,7 @@ class Cell:
     model: str  # the warm start
 
 
-def _run_cell(cell: Cell, preset: Preset, log: Log) -> None:
+def run_cell(cell: Cell, preset: Preset, log: Log) -> None:
     log(f"  {cell.name} seed {cell.seed} ({label(cell.setting)})")
     t0 = time.perf_counter()
     _one_run(cell.regime, cell.method, cell.seed, cell.folder, preset=preset, model=cell.model, log=log)  # fmt: skip
@@ -331,14 +334,22 @@ def _worker_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def run_cells(cells: list[Cell], preset: Preset, log: Log, jobs: int = 1) -> None:
-    """Run ``cells``: one after another, or in ``jobs`` worker processes (spawned, one per run,
+def run_cells(
+    cells: list[Cell], preset: Preset, log: Log, jobs: int = 1, ray_address: str | None = None
+) -> None:
+    """Run ``cells``: one after another, in ``jobs`` worker processes (spawned, one per run,
     each with ``torch.get_num_threads() // jobs`` threads, at least 1) that log with
-    ``print``. A run that fails stops the benchmark (the runs in flight are ended); the
-    finished ones keep their ``done.json``, and the rerun command resumes the rest."""
+    ``print``, or as tasks on the Ray cluster at ``ray_address``. A run that fails stops the
+    benchmark (the runs in flight are ended); the finished ones keep their ``done.json``, and
+    the rerun command resumes the rest."""
+    if ray_address is not None:
+        from .ray_cells import run_cells_on_ray
+
+        run_cells_on_ray(cells, preset, log, ray_address, run_cell)
+        return
     if jobs <= 1 or len(cells) <= 1:
         for cell in cells:
-            _run_cell(cell, preset, log)
+            run_cell(cell, preset, log)
         return
     import multiprocessing
 
@@ -351,7 +362,7 @@ def run_cells(cells: list[Cell], preset: Preset, log: Log, jobs: int = 1) -> Non
     # worker pool, a thread) cannot hold on to memory or block the next; leaving the block
     # terminates the workers once every result is in
     with context.Pool(jobs, initializer=_worker_threads, initargs=(threads,), maxtasksperchild=1) as pool:  # fmt: skip
-        pending = [pool.apply_async(_run_cell, (cell, preset, print)) for cell in cells]
+        pending = [pool.apply_async(run_cell, (cell, preset, print)) for cell in cells]
         for result in pending:
             result.get()
 

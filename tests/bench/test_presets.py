@@ -36,3 +36,21 @@ def test_the_boundary_evaluates_one_list_of_distinct_problems_and_validates_on_o
     assert len(set(reported)) == len(reported) == preset.eval_episodes >= 1000
     assert len(set(validation)) == len(validation) and not set(reported) & set(validation)
     assert evaluation_tasks(regime, preset.eval_episodes) == evaluation_tasks(regime, preset.eval_episodes)  # fmt: skip
+
+
+@pytest.mark.parametrize(("preset", "regime"), [r for r in REGIMES if r.values[0].name == "boundary"])  # fmt: skip
+def test_the_boundary_sweeps_every_method_per_regime_on_two_tuning_seeds(preset, regime):
+    from forkgym.bench import resolve_method
+    from forkgym.bench.tuning import axes, grid
+
+    assert len(preset.tune_seeds) >= 2 and not set(preset.tune_seeds) & set(preset.seeds)
+    for name in regime.methods:
+        method = resolve_method(name)
+        assert len(grid(regime, method)) > 1, name
+        found = set(axes(regime, method))
+        if name == "ppo":  # the critic's rate and pretraining are swept with the policy's rate
+            assert found == {"lr", "value_lr", "value_warmup_steps"}
+        elif name == "vine":  # its continuations and the spacing of its states
+            assert found == {"lr", "rollouts", "chunk"}
+        else:
+            assert found == {"lr"}, name

@@ -79,7 +79,8 @@ def test_the_boundary_machinery_on_two_regimes_sharing_a_warm_start(tmp_path):
                 vine_error_prompts=2 if r.k == 1 else 0)
         for r in preset.regimes
     )  # fmt: skip
-    preset = replace(preset, regimes=regimes, seeds=(0, 1), eval_episodes=4)
+    # no sweep at this scale (tests/bench/test_tuning.py covers it): every method at `lr`
+    preset = replace(preset, regimes=regimes, seeds=(0, 1), eval_episodes=4, tune_seeds=())
     out = tmp_path / "b"
     run_bench(preset, out, log=lambda _: None)
     assert check_report(out, preset) == []

@@ -1,5 +1,7 @@
 """``forkgym bench``: listing, clean refusals, and a checked smoke run."""
 
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -84,3 +86,14 @@ def test_seeds_narrow_the_preset_that_is_run_and_checked():
 
     assert narrow(PRESETS["quick"], seeds=[3, 4]).seeds == (3, 4)
     assert narrow(PRESETS["quick"]).seeds == PRESETS["quick"].seeds
+
+
+def test_without_ray_the_option_says_what_to_install(tmp_path, monkeypatch):
+    """Where Ray is missing, ``--ray`` is a usage error naming the extra (the main suite runs
+    without Ray; here it is hidden so that the test holds where it is installed too)."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    monkeypatch.delitem(sys.modules, "forkgym.bench.ray_cells", raising=False)
+    result = runner.invoke(app, ["bench", "--preset", "smoke", "--out", str(tmp_path / "b"), "--ray", "auto"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "pip install 'forkgym[ray]'" in result.output
+    assert not (tmp_path / "b").exists()  # refused before anything was made

@@ -64,13 +64,21 @@ JobsOption = Annotated[
         help="Run a regime's reported runs in this many processes, the threads split between them (a stopped run resumes with any number).",
     ),
 ]
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the reported runs as tasks on this Ray cluster (auto, HOST:PORT or ray://HOST:10001), one CPU each; forkgym on every node and --out on storage they all see.",
+    ),
+]
 PlanOption = Annotated[
     float | None,
     typer.Option(
         "--plan",
         min=0.001,
         max=1.0,
-        help="Read the finished runs in --out as a pilot and print the seeds per method a minimum detectable difference of this size needs, then exit.",
+        help="Read the finished runs in --out as a pilot and print the seeds per method a minimum detectable difference of this size needs and whether each regime's budget is at the plateau, then exit.",
     ),
 ]
 
@@ -87,6 +95,7 @@ def bench(
     list_: ListOption = False,
     plan: PlanOption = None,
     jobs: JobsOption = 1,
+    ray: RayOption = None,
 ) -> None:
     """Compare training methods at the same budget of generated tokens: every method x seed of
     a preset from one warm start, then report.md (accuracy with 95% intervals over seeds,
@@ -109,7 +118,7 @@ def bench(
     if report_only:
         path = _rewrite_report(folder, chosen_preset, command)
     else:
-        path = _run(chosen_preset, folder, chosen, command, jobs)
+        path = _run(chosen_preset, folder, chosen, command, jobs, ray)
     typer.echo(f"wrote {path}")
     if check:
         _check(folder, chosen_preset, chosen)
@@ -171,12 +180,17 @@ def _rewrite_report(folder: Path, preset: Preset, command: str) -> Path:
     return write_report(folder, preset, command=command)
 
 
-def _run(preset: Preset, folder: Path, methods: list[str] | None, command: str, jobs: int = 1) -> Path:  # fmt: skip
+def _run(preset: Preset, folder: Path, methods: list[str] | None, command: str, jobs: int = 1, ray: str | None = None) -> Path:  # fmt: skip
     """Run (or resume) the benchmark in ``folder``; a matrix it refuses is a usage error."""
     from forkgym.bench import run_bench
 
+    if ray is not None:
+        try:
+            import forkgym.bench.ray_cells  # noqa: F401 - Ray present?
+        except ImportError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--ray") from None
     try:
-        return run_bench(preset, folder, methods=methods, command=command, jobs=jobs)
+        return run_bench(preset, folder, methods=methods, command=command, jobs=jobs, ray_address=ray)  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
