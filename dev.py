@@ -186,23 +186,15 @@ def main_job(python: Path, extra: list[str]) -> int:
     base = ROOT / "runs" / "quickstart"
     # the env_kwargs of configs/quickstart.yaml: the warm start must see the tasks RL will see
     env = ["-k", "system_prompt=null", "-k", "operations=+", "-k", "solution_style=worked"]
+    # SFT until 40% greedy accuracy on validation problems (eval-side, none of those train
+    # reports), at a rate decaying with a cosine; at most 2M tokens (it fails if it gets there)
+    warm = ["--target-accuracy", "0.4", "--tokens", "2000000", "--lr", "1e-3",
+            "--lr-schedule", "cosine", "--lr-decay-tokens", "1000000", "--lr-final-ratio", "0.1",
+            "--check-every", "10"]  # fmt: skip
+    sft = ["sft", "--model", str(base / "model"), "--env", "Arithmetic-v0", "--out", str(base / "warm")]  # fmt: skip
     steps = [
         (base / "model" / "config.json", ["model", "init", "--out", str(base / "model")]),
-        (
-            base / "warm" / "config.json",
-            [
-                "sft",
-                "--model",
-                str(base / "model"),
-                "--env",
-                "Arithmetic-v0",
-                "--tokens",
-                "410000",
-                "--out",
-                str(base / "warm"),
-                *env,
-            ],
-        ),
+        (base / "warm" / "config.json", [*sft, *warm, *env]),
         (None, ["train", "--config", "configs/quickstart.yaml", *extra]),
         (None, ["runs", "plot", str(base / "rloo"), "--out", str(base / "learning_curve.png")]),
     ]
@@ -212,6 +204,11 @@ def main_job(python: Path, extra: list[str]) -> int:
             continue
         code = _exec(python, "-m", "forkgym", *args)
         if code:
+            if done is not None and done.exists():  # a model that missed its target: not done
+                failed = done.parent.with_name(done.parent.name + "-failed")
+                shutil.rmtree(failed, ignore_errors=True)
+                done.parent.rename(failed)
+                print(f"= kept as {failed}; the next run starts this step again", flush=True)
             return code
     return 0
 

@@ -4,7 +4,13 @@ A demonstration is an environment's gold trajectory rendered exactly as a rollou
 the same chat template, the same token stream, with the assistant's turns (tool calls and
 the final answer, each ended by the stop token) as the only tokens in the loss. ``sft`` trains
 on fresh demonstrations, from a seed stream of their own, until it has trained on ``tokens``
-assistant tokens, then saves the model with ``save_pretrained``.
+assistant tokens (or an ``until`` hook ends it: agents/run/warm_target.py stops a warm start
+at a validation-accuracy target), then saves the model with ``save_pretrained``.
+
+The learning rate ramps up linearly over ``warmup_steps`` steps, then follows
+``lr_schedule`` (agents/learner/schedules.py: ``constant``, ``linear``, ``cosine``) over
+assistant tokens: from ``lr`` down to ``lr * lr_final_ratio`` once ``lr_decay_tokens`` (the
+budget ``tokens`` by default) have been trained on, and flat from there.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from ..learner.schedules import lr_factor
 from ..padding import pad_sequences, padding_mask
 from ..seeds import task_seeds
 
-__all__ = ["Demonstration", "demonstration", "sft"]
+__all__ = ["Demonstration", "demonstration", "sft", "sft_lr_factor"]
 
 
 @dataclass
@@ -57,6 +63,23 @@ def demonstration(env: Any, chat: ChatTokens, seed: int) -> Demonstration:
         messages = list(obs["messages"])
 
 
+def sft_lr_factor(
+    schedule: str,
+    step: int,
+    trained: int,
+    decay_tokens: int,
+    warmup_steps: int,
+    final_ratio: float = 0.0,
+) -> float:
+    """The multiplier on ``lr`` for SFT step ``step`` (0-based), ``trained`` assistant tokens
+    in: :func:`lr_factor`'s linear warm-up over steps, then its decay with tokens for steps
+    (``decay_tokens`` the decay's length). ``constant`` gives what SFT always had: the ramp,
+    then ``lr``."""
+    if step < warmup_steps:
+        return lr_factor(schedule, step, 1, warmup_steps)
+    return lr_factor(schedule, trained, decay_tokens, 0, final_ratio)
+
+
 def sft(
     model_dir: str,
     env_id: str,
@@ -73,6 +96,9 @@ def sft(
     until: Callable[[Any, Any, int], bool] | None = None,
     check_every: int = 25,
     held_out: bool = True,
+    lr_schedule: str = "constant",
+    lr_final_ratio: float = 0.0,
+    lr_decay_tokens: int | None = None,
 ) -> dict[str, float]:
     """Train ``model_dir`` on gold demonstrations of ``env_id`` for ``tokens`` assistant tokens.
 
@@ -81,7 +107,10 @@ def sft(
     ``forkgym eval`` do by default) was never shown an evaluated problem's answer.
 
     ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
-    training early (e.g. once held-out accuracy reaches a warm-start target).
+    training early (e.g. once validation accuracy reaches a warm-start target); a run that
+    ends at the budget with its last step unchecked calls it once more, so its last call
+    always saw the saved model. ``lr_schedule``, ``lr_final_ratio``, ``lr_decay_tokens``:
+    the decay after the warm-up (:func:`sft_lr_factor`; ``constant`` by default).
     """
     from ..learner.logprobs import token_logprobs
     from ..models import load_policy_model
@@ -96,14 +125,18 @@ def sft(
     step = 0
     start = time.perf_counter()
     losses = []
+    checked = False
     while trained < tokens:
         demos = [demonstration(env, chat, s) for s in task_seeds(seed, "sft", step, batch_size)]
         ids = pad_sequences([d.token_ids for d in demos], value=tokenizer.pad_token_id)
         attention = padding_mask([len(d.token_ids) for d in demos]).long()
         action = pad_sequences([d.action_mask for d in demos], dtype=torch.bool)
         ids, attention, action = ids.to(device), attention.to(device), action.to(device)
-        for group in optimizer.param_groups:  # linear warm-up, then constant
-            group["lr"] = lr * lr_factor("constant", step, 1, warmup_steps)
+        factor = sft_lr_factor(
+            lr_schedule, step, trained, lr_decay_tokens or tokens, warmup_steps, lr_final_ratio
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr * factor
         logprobs = token_logprobs(model, ids, attention)
         n = int(action.sum())
         loss = -(torch.where(action, logprobs, 0.0).sum() / n)  # token-mean cross-entropy
@@ -115,9 +148,12 @@ def sft(
         step += 1
         losses.append(float(loss.detach()))
         if log is not None:
-            log({"step": step, "loss": losses[-1], "tokens": trained})
-        if until is not None and step % check_every == 0 and until(model, tokenizer, trained):
+            log({"step": step, "loss": losses[-1], "tokens": trained, "lr": lr * factor})
+        checked = until is not None and step % check_every == 0
+        if checked and until(model, tokenizer, trained):
             break
+    if until is not None and not checked:  # the budget ended it after an unchecked step
+        until(model, tokenizer, trained)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -12,7 +12,7 @@ from rich.table import Table
 from typer.core import TyperCommand, TyperOption
 
 from .endings import recorded_ending
-from .envs import KwargOption, parse_kwargs
+from .envs import KwargOption, check_env, parse_kwargs
 from .errors import fail
 from .evaluation import check_backend, eval_settings, evaluate_held_out, load_eval_model
 
@@ -45,10 +45,24 @@ def model_init(
 def sft(
     model: Annotated[str, typer.Option(help="Model directory (or hub name) to start from.")],
     env: Annotated[str, typer.Option(help="Environment whose gold trajectories to learn.")],
-    tokens: Annotated[int, typer.Option(min=1, help="Assistant tokens to train on.")],
+    tokens: Annotated[
+        int,
+        typer.Option(min=1, help="Assistant tokens to train on (with --target-accuracy: at most)."),
+    ],
     out: Annotated[Path, typer.Option(help="Where to save the trained model.")],
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations and the run.")] = 0,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 3e-3,
+    lr: Annotated[float, typer.Option(help="AdamW's peak learning rate.")] = 3e-3,
+    lr_schedule: Annotated[
+        str,
+        typer.Option(help="After the 10 warm-up steps: constant, linear or cosine decay."),
+    ] = "constant",
+    lr_final_ratio: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="The decay ends at --lr times this.")
+    ] = 0.0,
+    lr_decay_tokens: Annotated[
+        int | None,
+        typer.Option(min=1, help="Assistant tokens the decay takes. [default: --tokens]"),
+    ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Demonstrations per step.")] = 32,
     kwarg: KwargOption = None,
     held_out: Annotated[
@@ -59,22 +73,116 @@ def sft(
             "train and eval hold out), or every problem.",
         ),
     ] = True,
+    target_accuracy: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Stop once greedy accuracy on the validation tasks reaches this (eval-side "
+            "problems, none of those train evaluates on); --tokens is then the cap.",
+        ),
+    ] = None,
+    validation_episodes: Annotated[
+        int, typer.Option(min=1, help="Validation tasks, with --target-accuracy.")
+    ] = 200,
+    check_every: Annotated[int, typer.Option(min=1, help="Steps between validation checks.")] = 25,
+    eval_episodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="The validation tasks keep clear of the problems of train's first this many "
+            "held-out tasks (its eval_episodes, or any fewer).",
+        ),
+    ] = 200,
+    eval_seed: Annotated[
+        int | None,
+        typer.Option(help="Train's eval_seed, whose tasks to keep clear of. [default: 10000]"),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(min=1, help="Token budget of a validation answer. [default: 32]"),
+    ] = None,
 ) -> None:
-    """Supervised warm start on the environment's gold demonstrations."""
+    """Supervised warm start on the environment's gold demonstrations, for --tokens tokens
+    or until --target-accuracy on validation tasks; prints JSON."""
+    from forkgym.agents.learner.schedules import LR_SCHEDULES
     from forkgym.agents.run.sft import sft as run_sft
 
+    if lr_schedule not in LR_SCHEDULES:
+        raise typer.BadParameter(
+            f"{lr_schedule!r} is not one of {sorted(LR_SCHEDULES)}", param_hint="--lr-schedule"
+        )
+    env_id, env_kwargs = _env_id(env), parse_kwargs(kwarg)
+    target = None
+    if target_accuracy is not None:
+        target = _warm_target(
+            target_accuracy, env_id, env_kwargs, held_out, validation_episodes,
+            eval_episodes, eval_seed, max_new_tokens,
+        )  # fmt: skip
     result = run_sft(
         model,
-        _env_id(env),
+        env_id,
         tokens=tokens,
         out=out,
         seed=seed,
         lr=lr,
         batch_size=batch_size,
-        env_kwargs=parse_kwargs(kwarg),
+        env_kwargs=env_kwargs,
         held_out=held_out,
+        lr_schedule=lr_schedule,
+        lr_final_ratio=lr_final_ratio,
+        lr_decay_tokens=lr_decay_tokens,
+        until=target,
+        check_every=check_every,
     )
-    typer.echo(json.dumps({"out": str(out), **result}))
+    summary = target.summary() if target is not None else {}
+    typer.echo(json.dumps({"out": str(out), **result, **summary}))
+    if target is not None and not summary["target_reached"]:
+        fail(
+            f"the validation accuracy reached {summary['validation_accuracy']:.3f}, short of "
+            f"--target-accuracy {target_accuracy}, when the --tokens cap ({tokens:,}) ended "
+            f"training; the model in {out} is the capped one",
+            code=1,
+        )
+
+
+def _warm_target(
+    target: float,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    held_out: bool,
+    episodes: int,
+    eval_episodes: int,
+    eval_seed: int | None,
+    max_new_tokens: int | None,
+) -> Any:
+    """sft's stopping rule (agents/run/warm_target.py), or a one-line refusal."""
+    from forkgym.agents.run.config import TrainConfig
+    from forkgym.agents.run.warm_target import accuracy_target
+
+    if not held_out:
+        fail("--target-accuracy validates on eval-side problems, which --all-tasks demonstrates")
+    check_env(env_id, env_kwargs)
+
+    def show(check: dict[str, float]) -> None:
+        typer.echo(
+            f"{check['tokens']:,} tokens: validation accuracy {check['validation_accuracy']:.3f}",
+            err=True,
+        )
+
+    try:
+        return accuracy_target(
+            target,
+            env_id,
+            env_kwargs,
+            episodes=episodes,
+            eval_episodes=eval_episodes,
+            eval_seed=TrainConfig.eval_seed if eval_seed is None else eval_seed,
+            max_new_tokens=max_new_tokens or TrainConfig.max_new_tokens,
+            log=show,
+        )
+    except ValueError as exc:
+        fail(str(exc))
 
 
 # the options of `train` that set the config key of their name: each one's help is the key's

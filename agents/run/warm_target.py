@@ -1,0 +1,200 @@
+"""A warm start's stopping rule: greedy accuracy on validation tasks reaching a target.
+
+:func:`accuracy_target` gives :func:`~forkgym.agents.run.sft.sft` an ``until`` hook that
+evaluates the model, greedily, on a fixed list of validation tasks and ends SFT once its
+accuracy reaches the target. The validation tasks (:func:`validation_tasks`) are chosen so
+that the rule never reads the problems a later ``forkgym train`` reports held-out accuracy
+on:
+
+- they are drawn from the eval side of the env's content partition (``on_side``,
+  envs/base.py), which SFT never demonstrates (it draws the train side);
+- none of them poses, by meaning (the env's ``content_key``: ``23 + 45`` is ``45 + 23``), a
+  problem among the tasks to keep clear of: by default the first ``eval_episodes`` task seeds
+  of the stream ``forkgym train`` and ``forkgym eval`` evaluate on (:func:`reported_tasks`,
+  the stream of agents/generation/evaluate.py, keyed by ``eval_seed``). Seed ``i`` of that
+  stream does not depend on how many are drawn, so keeping clear of the first 200 keeps clear
+  of every evaluation of at most 200 episodes at that seed (train's default 128, the
+  quickstart's and ``forkgym eval``'s 200);
+- they come from a stream of their own (``"validation"``, keyed by the same ``eval_seed``),
+  each a distinct problem, and are the same list at every check and for every seed of the
+  warm start. A task space with fewer distinct problems left repeats them in the stream's
+  order; one with none left is refused.
+
+The bench does the same for its regimes with a partition of the eval side
+(bench/held_out.py ``validation_tasks``); here the evaluation ``forkgym train`` runs is not
+partitioned, so its own problems are what is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forkgym.envs.base import on_side
+
+from ..seeds import task_seeds
+from .config import TrainConfig
+
+__all__ = [
+    "AccuracyTarget",
+    "accuracy_target",
+    "content_keys",
+    "reported_tasks",
+    "validation_accuracy",
+    "validation_tasks",
+]
+
+_BATCH = 64  # candidate tasks drawn at a time
+_MAX_BATCHES = 200
+
+
+def reported_tasks(episodes: int, eval_seed: int = TrainConfig.eval_seed) -> list[int]:
+    """The task seeds ``forkgym train`` evaluates on (``eval_episodes``, ``eval_seed``; no
+    ``eval_tasks`` list), and ``forkgym eval`` with the same settings."""
+    return task_seeds(eval_seed, "eval", 0, episodes)
+
+
+def content_keys(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int]) -> list[str]:
+    """The problem (``content_key``) each task seed poses on the eval side of ``env_id``."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    env = gym.make(env_id, **on_side(env_kwargs, "eval")).unwrapped
+    try:
+        keys = []
+        for seed in seeds:
+            env.reset(seed=seed)
+            keys.append(env.content_key(env.task))
+        return keys
+    finally:
+        env.close()
+
+
+def validation_tasks(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    *,
+    avoid: Sequence[int],
+    eval_seed: int = TrainConfig.eval_seed,
+) -> list[int]:
+    """``episodes`` eval-side task seeds, none posing a problem that a task of ``avoid`` (eval
+    side too, e.g. :func:`reported_tasks`) poses; distinct problems first (see the module's
+    docstring). ValueError when every eval-side problem met is one of ``avoid``'s."""
+    avoided = set(content_keys(env_id, env_kwargs, avoid))
+    distinct: dict[str, int] = {}
+    repeats: list[int] = []
+    for step in range(_MAX_BATCHES):
+        candidates = task_seeds(eval_seed, "validation", step, max(episodes, _BATCH))
+        found = len(distinct)
+        for seed, key in zip(candidates, content_keys(env_id, env_kwargs, candidates), strict=True):  # fmt: skip
+            if key in avoided:
+                continue
+            if key in distinct:
+                repeats.append(seed)
+            else:
+                distinct[key] = seed
+        enough = len(distinct) + len(repeats) >= episodes
+        if len(distinct) >= episodes or (enough and len(distinct) == found):
+            break  # enough problems, or a batch found no new one and repeats fill the list
+    if not distinct:
+        raise ValueError(
+            f"{env_id}: every eval-side problem drawn is among the {len(avoid)} evaluation "
+            "tasks kept clear of; evaluate on fewer episodes or use a larger task space"
+        )
+    chosen = list(distinct.values())[:episodes]
+    return chosen + repeats[: episodes - len(chosen)]
+
+
+def validation_accuracy(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    tasks: Sequence[int],
+    max_new_tokens: int,
+) -> float:
+    """Greedy pass@1 of ``model`` on the eval-side ``tasks``; the model is evaluated in eval
+    mode and handed back in the mode it was in."""
+    import gymnasium as gym
+
+    import forkgym.envs  # noqa: F401 - registers the environments
+
+    from ..generation.backends.hf_policy import HFPolicy
+    from ..generation.evaluate import evaluate
+
+    kwargs = on_side(env_kwargs, "eval")
+    was_training = model.training
+    model.eval()
+    try:
+        out = evaluate(
+            HFPolicy(model, tokenizer, seed=0),
+            tokenizer,
+            lambda: gym.make(env_id, **kwargs),
+            episodes=len(tasks),
+            seed=0,
+            max_new_tokens=max_new_tokens,
+            tasks=tasks,
+        )
+    finally:
+        model.train(was_training)
+    return out["eval_accuracy"]
+
+
+@dataclass
+class AccuracyTarget:
+    """The ``until`` hook of :func:`~forkgym.agents.run.sft.sft`: True once greedy accuracy
+    on ``tasks`` reaches ``target``. ``checks`` holds every check (tokens, accuracy), the
+    last of the saved model (sft checks the final model too)."""
+
+    target: float
+    env_id: str
+    env_kwargs: dict[str, Any]
+    tasks: list[int]
+    max_new_tokens: int
+    log: Callable[[dict[str, float]], None] | None = None
+    checks: list[dict[str, float]] = field(default_factory=list)
+
+    def __call__(self, model: Any, tokenizer: Any, tokens: int) -> bool:
+        accuracy = validation_accuracy(
+            model, tokenizer, self.env_id, self.env_kwargs, self.tasks, self.max_new_tokens
+        )
+        self.checks.append({"tokens": tokens, "validation_accuracy": accuracy})
+        if self.log is not None:
+            self.log(self.checks[-1])
+        return accuracy >= self.target
+
+    def summary(self) -> dict[str, Any]:
+        """What the last check found: the accuracy reached and whether it met the target."""
+        last = self.checks[-1]["validation_accuracy"] if self.checks else None
+        return {
+            "target_accuracy": self.target,
+            "validation_accuracy": last,
+            "validation_episodes": len(self.tasks),
+            "validation_checks": len(self.checks),
+            "target_reached": last is not None and last >= self.target,
+        }
+
+
+def accuracy_target(
+    target: float,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    episodes: int = 200,
+    eval_episodes: int = 200,
+    eval_seed: int = TrainConfig.eval_seed,
+    max_new_tokens: int = TrainConfig.max_new_tokens,
+    log: Callable[[dict[str, float]], None] | None = None,
+) -> AccuracyTarget:
+    """The hook that stops a warm start at ``target`` greedy accuracy on ``episodes``
+    validation tasks kept clear of the first ``eval_episodes`` tasks ``forkgym train``
+    evaluates on at ``eval_seed`` (:func:`validation_tasks`, :func:`reported_tasks`)."""
+    if not 0.0 <= target <= 1.0:
+        raise ValueError(f"target accuracy must be in [0, 1], got {target!r}")
+    kwargs = dict(env_kwargs or {})
+    avoid = reported_tasks(eval_episodes, eval_seed)
+    tasks = validation_tasks(env_id, kwargs, episodes, avoid=avoid, eval_seed=eval_seed)
+    return AccuracyTarget(target, env_id, kwargs, tasks, max_new_tokens, log)
