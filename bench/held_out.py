@@ -80,20 +80,9 @@ def regime_held_out(model: Any, tokenizer: Any, regime: Regime, episodes: int, r
 
 
 def _content_keys(regime: Regime, side: str, seeds: list[int]) -> list[str]:
-    import gymnasium as gym
+    from forkgym.agents.run.warm_target import content_keys
 
-    import forkgym.envs  # noqa: F401 - registers the environments
-    from forkgym.envs.base import on_side
-
-    env = gym.make(regime.env, **on_side(regime.env_kwargs, side)).unwrapped
-    try:
-        out = []
-        for seed in seeds:
-            env.reset(seed=seed)
-            out.append(env.content_key(env.task))
-        return out
-    finally:
-        env.close()
+    return content_keys(regime.env, regime.env_kwargs, seeds, side=side)
 
 
 VALIDATION_FRACTION = 0.25  # of the eval side's problems: validation, the rest evaluation

@@ -55,13 +55,16 @@ def reported_tasks(episodes: int, eval_seed: int = TrainConfig.eval_seed) -> lis
     return task_seeds(eval_seed, "eval", 0, episodes)
 
 
-def content_keys(env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int]) -> list[str]:
-    """The problem (``content_key``) each task seed poses on the eval side of ``env_id``."""
+def content_keys(
+    env_id: str, env_kwargs: dict[str, Any], seeds: Sequence[int], side: str = "eval"
+) -> list[str]:
+    """The problem (``content_key``) each task seed poses on ``side`` of ``env_id``'s content
+    partition (the eval side by default)."""
     import gymnasium as gym
 
     import forkgym.envs  # noqa: F401 - registers the environments
 
-    env = gym.make(env_id, **on_side(env_kwargs, "eval")).unwrapped
+    env = gym.make(env_id, **on_side(env_kwargs, side)).unwrapped
     try:
         keys = []
         for seed in seeds:
