@@ -15,7 +15,7 @@ without Ray: the rerun command skips every cell with a ``done.json``.
 from __future__ import annotations
 
 import dataclasses
-import time
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,16 +35,15 @@ RunCell = Callable[[Any, "Preset", Callable[[str], None]], None]
 __all__ = ["run_cells_on_ray"]
 
 
-def _cell_task(run_cell: RunCell, cell: Cell, preset: Preset) -> dict[str, Any]:
-    """On a worker: one cell with one torch thread; where it ran and how long it took."""
+def _cell_task(run_cell: RunCell, cell: Cell, preset: Preset) -> str:
+    """On a worker: one cell with one torch thread; the node it ran on."""
     import socket
 
     import torch
 
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
     run_cell(cell, preset, print)
-    return {"node": socket.gethostname(), "seconds": time.perf_counter() - t0}
+    return socket.gethostname()
 
 
 def _absolute(cell: Cell) -> Cell:
@@ -87,14 +86,16 @@ def run_cells_on_ray(
         while pending:
             [ready], _ = ray.wait(list(pending), num_returns=1)
             cell = pending.pop(ready)
-            where = ray.get(ready)
-            if not (Path(cell.folder) / "done.json").exists():
+            node = ray.get(ready)
+            done = Path(cell.folder) / "done.json"  # run_cell's record, with the run's time
+            if not done.exists():
                 raise RuntimeError(
-                    f"{cell.name} seed {cell.seed} finished on node {where['node']}, but its "
-                    f"folder {cell.folder} is not visible here: --out must be on storage every "
-                    "node sees at the same path"
+                    f"{cell.name} seed {cell.seed} finished on node {node}, but its folder "
+                    f"{cell.folder} is not visible here: --out must be on storage every node "
+                    "sees at the same path"
                 )
-            log(f"  {cell.name} seed {cell.seed} done on {where['node']} in {where['seconds']:.0f} s")  # fmt: skip
+            seconds = json.loads(done.read_text())["seconds"]
+            log(f"  {cell.name} seed {cell.seed} done on {node} in {seconds:.0f} s")
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
