@@ -32,7 +32,7 @@ from .ceiling import measure_ceilings
 from .held_out import EVAL_SEED, evaluation_tasks, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
-from .tuning import apply, label, tune
+from .tuning import apply, grid_runs, label, tune
 from .vine_error import measure_vine_error
 
 __all__ = [
@@ -236,8 +236,9 @@ def run_bench(
 ) -> Path:
     """Run (or resume) every regime x method x seed of ``preset`` into ``out``; write the
     report (``report.md`` and plots) and return its path. ``methods``/``seeds`` narrow it;
-    ``command`` is what the report says produced it. ``jobs`` > 1 runs a regime's reported
-    cells (method x seed, once the tuning has chosen) in that many processes, the machine's
+    ``command`` is what the report says produced it. ``jobs`` > 1 runs a regime's
+    cells (first its sweeps' grids: method x setting x tuning seed; then, once the tuning has
+    chosen, its reported runs: method x seed) in that many processes, the machine's
     threads split between them (:func:`run_cells`); ``ray_address`` places them on that Ray
     cluster instead (:mod:`.ray_cells`). A cell is its run folder, so a stopped benchmark
     resumes however many jobs, or whichever cluster, ran it."""
@@ -273,21 +274,21 @@ def run_bench(
         warm = warm_start(out, regime, preset, base, log)
         log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
         names = list(chosen) if chosen else list(regime.methods)
+        runnable = _runnable(regime, names, chosen, log)
+        one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
+        # every method's grid first, side by side (jobs, Ray); tune() then reads their scores
+        # and runs only the steps past an edge, each after the choice before it
+        grids = [
+            Cell(r, m, name, seed, folder, setting, warm["model"])
+            for name, method in runnable
+            for r, m, seed, folder, setting in grid_runs(out, regime, preset, method)
+        ]
+        if grids:
+            log(f"  tuning: {len(grids)} grid runs on seeds {list(preset.tune_seeds)}")
+        run_cells(grids, preset, log, jobs, ray_address)
         tuned: dict[str, Method] = {}  # each method as its reported runs ran it
         cells: list[Cell] = []  # the reported runs not done yet
-        for name in names:
-            method = chosen[name] if chosen and name in chosen else resolve_method(name)
-            if method.needs_group and regime.k < 2:
-                log(f"  skip {name}: it compares the K responses of a prompt and K = 1 here")
-                continue
-            if method.kind == "trl" and not _have_trl():
-                log(f"  skip {name}: TRL is not installed (pip install -e .[bench])")
-                continue
-            if method.kind == "trl" and _max_turns(regime) > 1:
-                log(f"  skip {name}: its reward grades one completion; {regime.env} is multi-turn")
-                continue
-
-            one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
+        for name, method in runnable:
             choice = tune(out, regime, preset, method, one_run, log)["choice"]
             tuned_regime, tuned_method = apply(regime, method, choice)
             tuned[name] = tuned_method
@@ -304,6 +305,24 @@ def run_bench(
             vine = tuned.get("vine", resolve_method("vine")).overrides["algorithm_kwargs"]
             measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
     return write_report(out, preset, log=log, command=command)
+
+
+def _runnable(
+    regime: Regime, names: list[str], chosen: dict[str, Method] | None, log: Log
+) -> list[tuple[str, Method]]:
+    """The methods of ``names`` that can run in ``regime`` (each one skipped says why)."""
+    found = []
+    for name in names:
+        method = chosen[name] if chosen and name in chosen else resolve_method(name)
+        if method.needs_group and regime.k < 2:
+            log(f"  skip {name}: it compares the K responses of a prompt and K = 1 here")
+        elif method.kind == "trl" and not _have_trl():
+            log(f"  skip {name}: TRL is not installed (pip install -e .[bench])")
+        elif method.kind == "trl" and _max_turns(regime) > 1:
+            log(f"  skip {name}: its reward grades one completion; {regime.env} is multi-turn")
+        else:
+            found.append((name, method))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,10 @@ its grid has 0) and chooses again, at most three times per axis. The record name
 whose choice is still at an edge after that (``edge``): nothing past a bound (a warm-up of 0
 steps, 1 continuation) counts as one.
 
+A grid's runs are independent of each other: :func:`grid_runs` lists those not done yet, and
+the benchmark (bench/runner.py) runs them side by side (``--jobs``, ``--ray``) before
+:func:`tune`, which then reads their scores and runs only the steps past an edge itself.
+
 Everything is kept in ``OUT/REGIME/tune/``: ``METHOD.json`` (every setting's score on each
 seed and their mean, the choice, the edges left) and one folder per setting and seed
 (``METHOD-lr=0.0001-seed100``). A finished tuning run (its ``done.json``) never runs again,
@@ -39,7 +43,17 @@ from typing import Any
 from .methods import Method
 from .presets import Preset, Regime
 
-__all__ = ["MAX_EXTENSIONS", "Setting", "apply", "axes", "grid", "label", "tune", "tuning_table"]
+__all__ = [
+    "MAX_EXTENSIONS",
+    "Setting",
+    "apply",
+    "axes",
+    "grid",
+    "grid_runs",
+    "label",
+    "tune",
+    "tuning_table",
+]
 
 Setting = dict[str, float]  # {"lr": ..., optionally "value_lr": ... and the method's options}
 MAX_EXTENSIONS = 3  # steps past an edge, per axis
@@ -163,6 +177,38 @@ def _sweep(
     return {"choice": choice, "scores": scores, "seeds": list(seeds), "axes": tried_axes, "edge": edge}  # fmt: skip
 
 
+def _tuning(out: Path, regime: Regime) -> Path:
+    return out / regime.name / "tune"
+
+
+def _run_folder(out: Path, regime: Regime, method: Method, setting: Setting, seed: int) -> Path:
+    return _tuning(out, regime) / f"{method.name}-{label(setting)}-seed{seed}"
+
+
+def _swept(regime: Regime, preset: Preset, method: Method) -> bool:
+    return bool(preset.tune_seeds) and len(grid(regime, method)) > 1
+
+
+def grid_runs(
+    out: Path, regime: Regime, preset: Preset, method: Method
+) -> list[tuple[Regime, Method, int, Path, Setting]]:
+    """The runs of ``method``'s grid (every setting on every tuning seed) that are not done
+    yet, each as ``(regime, method, seed, folder, setting)`` set for that run, for a caller to
+    run side by side before :func:`tune`, which then only reads their scores (and runs the
+    steps past an edge, each chosen after the one before). None once the sweep is recorded,
+    or without one."""
+    if (_tuning(out, regime) / f"{method.name}.json").exists() or not _swept(regime, preset, method):  # fmt: skip
+        return []
+    runs = []
+    for setting in grid(regime, method):
+        for seed in preset.tune_seeds:
+            folder = _run_folder(out, regime, method, setting, seed)
+            if not (folder / "done.json").exists():
+                tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)  # fmt: skip
+                runs.append((tuned_regime, tuned_method, seed, folder, setting))
+    return runs
+
+
 def tune(
     out: Path,
     regime: Regime,
@@ -174,18 +220,18 @@ def tune(
     """The chosen setting of ``method`` in ``regime`` (cached in ``OUT/REGIME/tune``).
     ``run(regime, method, seed, folder)`` runs one method to the end of its budget, evaluating
     on the regime's held-out set at the preset's fractions (here: the validation set)."""
-    folder = out / regime.name / "tune"
+    folder = _tuning(out, regime)
     record_path = folder / f"{method.name}.json"
     if record_path.exists():
         return json.loads(record_path.read_text())
     # no sweep (no tuning seeds, or a grid of one setting): chosen elsewhere, or `lr`
-    if not preset.tune_seeds or len(grid(regime, method)) == 1:
+    if not _swept(regime, preset, method):
         choice = dict(regime.fixed.get(method.name, {"lr": regime.lr}))
         record: dict[str, Any] = {"choice": choice, "scores": [], "seeds": [], "edge": []}
     else:
 
         def score(setting: Setting, seed: int) -> float:
-            run_folder = folder / f"{method.name}-{label(setting)}-seed{seed}"
+            run_folder = _run_folder(out, regime, method, setting, seed)
             if not (run_folder / "done.json").exists():
                 log(f"  tune {method.name} {label(setting)} (seed {seed})")
                 tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)  # fmt: skip

@@ -98,6 +98,17 @@ def test_jobs_run_a_regimes_cells_in_worker_processes(tmp_path):
     preset = PRESETS["smoke"]
     lines = []
     run_bench(preset, tmp_path, methods=["rloo", "sft"], log=lines.append, jobs=2)
+    # the sweeps' grids (2 rates x 2 tuning seeds each) ran in the workers first: the sweep
+    # itself ran only the steps past an edge, none of the grid's settings
+    assert any("tuning: 8 grid runs" in line for line in lines)
+    assert any("8 runs in 2 processes" in line for line in lines)
+    sequential = [line for line in lines if line.strip().startswith("tune ")]
+    assert not any(f"lr={lr:g} " in line for line in sequential for lr in (1e-4, 3e-4))
+    for name in ("rloo", "sft"):
+        record = json.loads((tmp_path / "arithmetic-k4" / "tune" / f"{name}.json").read_text())
+        assert len(record["scores"]) >= 2 and record["seeds"] == [100, 101]
+        done = tmp_path / "arithmetic-k4" / "tune" / f"{name}-lr=0.0001-seed100" / "done.json"
+        assert json.loads(done.read_text())["seconds"] > 0  # written by a worker's run_cell
     assert any("4 runs in 2 processes" in line for line in lines)
     for run in ("rloo-seed0", "rloo-seed1", "sft-seed0", "sft-seed1"):
         done = json.loads((tmp_path / "arithmetic-k4" / run / "done.json").read_text())

@@ -1,6 +1,7 @@
 """`forkgym bench --ray ADDRESS` against a real local Ray cluster the test starts: the command
-runs in its own process, joins the cluster by address, places every reported run as a task,
-and its runs equal the same benchmark's runs made here without Ray."""
+runs in its own process, joins the cluster by address, places every run of the sweeps' grids
+and every reported run as a task, and its runs and choices equal the same benchmark's made here
+without Ray."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def _metrics(folder):
     return [{k: v for k, v in m.items() if not k.startswith(TIMING)} for m in read_metrics(folder)]
 
 
-def test_the_reported_runs_run_as_tasks_and_equal_the_local_ones(tmp_path, cluster_address):
+def test_the_grid_and_reported_runs_run_as_tasks_and_equal_the_local_ones(
+    tmp_path, cluster_address
+):
     out = tmp_path / "on-ray"
     command = [sys.executable, "-m", "forkgym", "bench", "--preset", "smoke",
                "--regimes", "arithmetic-k4", "--methods", ",".join(METHODS),
@@ -52,7 +55,8 @@ def test_the_reported_runs_run_as_tasks_and_equal_the_local_ones(tmp_path, clust
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "runs on the Ray cluster at" in done.stdout, done.stdout[-3000:]
-    assert done.stdout.count(" done on ") == 2 * len(METHODS)
+    # each method: its grid (2 rates x 2 tuning seeds), then its 2 reported runs
+    assert done.stdout.count(" done on ") == (4 + 2) * len(METHODS)
 
     preset = narrow(PRESETS["smoke"], ["arithmetic-k4"], None, None)
     assert check_report(out, preset, METHODS) == []
@@ -62,3 +66,6 @@ def test_the_reported_runs_run_as_tasks_and_equal_the_local_ones(tmp_path, clust
         placed = json.loads((out / "arithmetic-k4" / run / "done.json").read_text())
         assert placed["seconds"] > 0
         assert _metrics(out / "arithmetic-k4" / run) == _metrics(local / "arithmetic-k4" / run), run
+    for method in METHODS:  # the sweeps read the grid runs made on the cluster and chose alike
+        record = f"arithmetic-k4/tune/{method}.json"
+        assert json.loads((out / record).read_text()) == json.loads((local / record).read_text())

@@ -61,7 +61,7 @@ JobsOption = Annotated[
     int,
     typer.Option(
         min=1,
-        help="Run a regime's reported runs in this many processes, the threads split between them (a stopped run resumes with any number).",
+        help="Run a regime's runs (its sweeps' grids, then its reported runs) in this many processes, the threads split between them (a stopped run resumes with any number).",
     ),
 ]
 RayOption = Annotated[
@@ -69,7 +69,7 @@ RayOption = Annotated[
     typer.Option(
         "--ray",
         metavar="ADDRESS",
-        help="Run the reported runs as tasks on this Ray cluster (auto, HOST:PORT or ray://HOST:10001), one CPU each; forkgym on every node and --out on storage they all see.",
+        help="Run the sweeps' grids and the reported runs as tasks on this Ray cluster (auto, HOST:PORT or ray://HOST:10001), one CPU each; forkgym on every node and --out on storage they all see.",
     ),
 ]
 PlanOption = Annotated[
