@@ -15,11 +15,15 @@ def sources():
     """The project's own text files: the top-level folders and files at the root (virtual
     environments, builds and run outputs, wherever they are, are not the project's)."""
     skip = {"site", "runs", "build", "dist", "__pycache__"}
+    # a benchmark's output committed under docs/ (its bench.json marks it): run folders and
+    # configs it wrote, not prose
+    outputs = [p.parent for p in (ROOT / "docs").rglob("bench.json")]
     candidates = [p for p in ROOT.iterdir() if p.is_file()]
     for top in TOP:
         candidates += (ROOT / top).rglob("*")
     for path in candidates:
-        if path.suffix in {".py", ".md", ".yaml", ".toml"} and not skip & set(path.relative_to(ROOT).parts):  # fmt: skip
+        generated = any(path.is_relative_to(out) for out in outputs) and path.name != "report.md"
+        if path.suffix in {".py", ".md", ".yaml", ".toml"} and not generated and not skip & set(path.relative_to(ROOT).parts):  # fmt: skip
             yield path
 
 

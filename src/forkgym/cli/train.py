@@ -86,6 +86,23 @@ def sft(
         int, typer.Option(min=1, help="Validation tasks, with --target-accuracy.")
     ] = 200,
     check_every: Annotated[int, typer.Option(min=1, help="Steps between validation checks.")] = 25,
+    check_near: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Check every step from the first check within this of --target-accuracy on.",
+        ),
+    ] = 0.0,
+    target_tolerance: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="If the stop lands more than this above --target-accuracy, save instead the "
+            "checked model closest to the target within this of it (0: off).",
+        ),
+    ] = 0.0,
     eval_episodes: Annotated[
         int,
         typer.Option(
@@ -118,6 +135,7 @@ def sft(
         target = _warm_target(
             target_accuracy, env_id, env_kwargs, held_out, validation_episodes,
             eval_episodes, eval_seed, max_new_tokens,
+            {"every": check_every, "near": check_near, "cap": tokens, "tolerance": target_tolerance},
         )  # fmt: skip
     result = run_sft(
         model,
@@ -133,7 +151,7 @@ def sft(
         lr_final_ratio=lr_final_ratio,
         lr_decay_tokens=lr_decay_tokens,
         until=target,
-        check_every=check_every,
+        check_every=1 if target is not None else check_every,
     )
     summary = target.summary() if target is not None else {}
     typer.echo(json.dumps({"out": str(out), **result, **summary}))
@@ -155,8 +173,11 @@ def _warm_target(
     eval_episodes: int,
     eval_seed: int | None,
     max_new_tokens: int | None,
+    rule: dict[str, Any],
 ) -> Any:
-    """sft's stopping rule (agents/run/warm_target.py), or a one-line refusal."""
+    """sft's stopping rule (agents/run/warm_target.py), or a one-line refusal. ``rule``: its
+    ``every``, ``near``, ``cap`` and ``tolerance``; sft calls the rule every step and the rule
+    keeps that cadence itself."""
     from forkgym.agents.run.config import TrainConfig
     from forkgym.agents.run.warm_target import accuracy_target
 
@@ -165,8 +186,10 @@ def _warm_target(
     check_env(env_id, env_kwargs)
 
     def show(check: dict[str, float]) -> None:
+        restored = " (restored: the closest to the target)" if "restored" in check else ""
         typer.echo(
-            f"{check['tokens']:,} tokens: validation accuracy {check['validation_accuracy']:.3f}",
+            f"{check['tokens']:,} tokens: validation accuracy {check['validation_accuracy']:.3f}"
+            f"{restored}",
             err=True,
         )
 
@@ -180,6 +203,7 @@ def _warm_target(
             eval_seed=TrainConfig.eval_seed if eval_seed is None else eval_seed,
             max_new_tokens=max_new_tokens or TrainConfig.max_new_tokens,
             log=show,
+            **rule,
         )
     except ValueError as exc:
         fail(str(exc))

@@ -6,8 +6,10 @@ import math
 import pytest
 
 from forkgym.agents.learner.schedules import lr_factor
+from forkgym.agents.run import warm_target
 from forkgym.agents.run.sft import sft, sft_lr_factor
 from forkgym.agents.run.warm_target import (
+    AccuracyTarget,
     accuracy_target,
     content_keys,
     reported_tasks,
@@ -17,7 +19,8 @@ from forkgym.envs.base import content_split
 from tests.conftest import WARM_ENV_KWARGS
 
 ENV = "forkgym/Arithmetic-v0"
-# configs/quickstart.yaml's env: 2-digit sums with worked answers
+# the quickstart's task (configs/quickstart.yaml's env, at the default eval_fraction): 2-digit
+# sums with worked answers
 QUICKSTART = {"system_prompt": None, "operations": "+", "solution_style": "worked"}
 
 
@@ -117,7 +120,7 @@ def test_a_reached_target_stops_at_the_first_check(tiny_model_dir, tmp_path):
     assert [c["tokens"] for c in target.checks] == [result["tokens"]]
     assert target.summary() == {
         "target_accuracy": 0.0, "validation_accuracy": 0.0, "validation_episodes": 4,
-        "validation_checks": 1, "target_reached": True,
+        "validation_checks": 1, "target_reached": True, "restored_tokens": None,
     }  # fmt: skip
 
 
@@ -132,6 +135,74 @@ def test_an_unreached_target_runs_to_the_cap_and_says_so(tiny_model_dir, tmp_pat
     assert target.summary()["target_reached"] is False
 
 
+def test_the_rule_keeps_its_own_cadence_and_watches_each_step_once_near(tiny_model_dir, tmp_path):  # fmt: skip
+    # sft calls it every step; far from the target it evaluates every 3rd call and at the cap
+    far = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3, cap=300)
+    result = sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "a", batch_size=4,
+                 env_kwargs=QUICKSTART, until=far, check_every=1)  # fmt: skip
+    steps = result["steps"]
+    assert far.calls == steps and far.checks[-1]["tokens"] == result["tokens"]
+    assert len(far.checks) == steps // 3 + (steps % 3 > 0)
+    # within `near` of the target (here any accuracy is) it evaluates every call after the first
+    near = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3, near=1.0, cap=300)  # fmt: skip
+    sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "b", batch_size=4,
+        env_kwargs=QUICKSTART, until=near, check_every=1)  # fmt: skip
+    assert near.calls == steps and len(near.checks) == steps - 2
+
+
+def _scripted(monkeypatch, accuracies, tolerance):
+    """A rule whose checks see ``accuracies`` in turn, and a model whose one weight is set
+    to the call's number before each call (so a restore is visible in the weight)."""
+    import torch
+
+    seen = iter(accuracies)
+    monkeypatch.setattr(warm_target, "validation_accuracy", lambda *a: next(seen))
+    rule = AccuracyTarget(0.4, ENV, QUICKSTART, [1, 2], 8, tolerance=tolerance)
+    model = torch.nn.Linear(1, 1, bias=False)
+    stopped_at = None
+    for call in range(1, len(accuracies) + 1):
+        with torch.no_grad():
+            model.weight.fill_(call)
+        if rule(model, None, 100 * call):
+            stopped_at = call
+            break
+    return rule, float(model.weight.detach()), stopped_at
+
+
+def test_an_overshooting_stop_restores_the_checked_model_closest_to_the_target(monkeypatch):
+    rule, weight, stopped = _scripted(monkeypatch, [0.1, 0.37, 0.39, 0.36, 0.52], 0.05)
+    assert stopped == 5 and weight == 3.0  # the model of the 3rd check (0.39)
+    assert rule.checks[-1] == {"tokens": 300, "validation_accuracy": 0.39, "restored": 1.0}
+    assert rule.summary() == {
+        "target_accuracy": 0.4, "validation_accuracy": 0.39, "validation_episodes": 2,
+        "validation_checks": 5, "target_reached": True, "restored_tokens": 300,
+    }  # fmt: skip
+
+
+def test_a_stop_within_the_tolerance_or_with_nothing_close_keeps_the_last_model(monkeypatch):
+    # 0.44 is within 0.05 of the target: kept, though 0.39 was closer
+    rule, weight, _ = _scripted(monkeypatch, [0.39, 0.44], 0.05)
+    assert weight == 2.0 and rule.summary()["restored_tokens"] is None
+    # no checked model came within 0.05: the overshoot stands
+    rule, weight, _ = _scripted(monkeypatch, [0.2, 0.3, 0.6], 0.05)
+    assert weight == 3.0 and rule.summary()["validation_accuracy"] == 0.6
+    # tolerance 0 (the default): never restores
+    rule, weight, _ = _scripted(monkeypatch, [0.39, 0.9], 0.0)
+    assert weight == 2.0
+
+
+def test_once_near_the_target_every_later_call_evaluates_even_after_a_fall(monkeypatch):
+    seen = iter([0.35, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    monkeypatch.setattr(warm_target, "validation_accuracy", lambda *a: next(seen))
+    rule = AccuracyTarget(0.4, ENV, QUICKSTART, [1], 8, every=3, near=0.1)
+    for call in range(1, 10):
+        rule(None, None, 10 * call)
+    # calls 1-2 are not due; call 3 finds 0.35, within 0.1 of 0.4; calls 4-9 all evaluate
+    assert [c["tokens"] for c in rule.checks] == [30, 40, 50, 60, 70, 80, 90]
+
+
 def test_a_target_outside_0_1_is_refused():
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         accuracy_target(1.01, ENV, QUICKSTART)
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        accuracy_target(0.5, ENV, QUICKSTART, every=0)
