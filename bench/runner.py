@@ -32,7 +32,7 @@ from .ceiling import measure_ceilings
 from .held_out import EVAL_SEED, evaluation_tasks, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
-from .tuning import apply, grid_runs, label, tune
+from .tuning import Runs, apply, grid_runs, label, tune
 from .vine_error import measure_vine_error
 
 __all__ = [
@@ -277,11 +277,11 @@ def run_bench(
         runnable = _runnable(regime, names, chosen, log)
         one_run = functools.partial(_one_run, preset=preset, model=warm["model"], log=log)
         # every method's grid first, side by side (jobs, Ray); tune() then reads their scores
-        # and runs only the steps past an edge, each after the choice before it
+        # and runs the steps past an edge, each after the choice before it
         grids = [
-            Cell(r, m, name, seed, folder, setting, warm["model"])
+            cell
             for name, method in runnable
-            for r, m, seed, folder, setting in grid_runs(out, regime, preset, method)
+            for cell in _cells(name, grid_runs(out, regime, preset, method), warm["model"])
         ]
         if grids:
             log(f"  tuning: {len(grids)} grid runs on seeds {list(preset.tune_seeds)}")
@@ -289,7 +289,9 @@ def run_bench(
         tuned: dict[str, Method] = {}  # each method as its reported runs ran it
         cells: list[Cell] = []  # the reported runs not done yet
         for name, method in runnable:
-            choice = tune(out, regime, preset, method, one_run, log)["choice"]
+            # a step past an edge of the grid: its tuning seeds side by side too
+            run_many = functools.partial(_run_many, name=name, model=warm["model"], preset=preset, log=log, jobs=jobs, ray_address=ray_address)  # fmt: skip
+            choice = tune(out, regime, preset, method, one_run, log, run_many)["choice"]
             tuned_regime, tuned_method = apply(regime, method, choice)
             tuned[name] = tuned_method
             for seed in seeds or preset.seeds:
@@ -323,6 +325,14 @@ def _runnable(
         else:
             found.append((name, method))
     return found
+
+
+def _cells(name: str, runs: Runs, model: str) -> list[Cell]:
+    return [Cell(r, m, name, seed, folder, setting, model) for r, m, seed, folder, setting in runs]  # fmt: skip
+
+
+def _run_many(runs: Runs, *, name: str, model: str, preset: Preset, log: Log, jobs: int, ray_address: str | None) -> None:  # fmt: skip
+    run_cells(_cells(name, runs, model), preset, log, jobs, ray_address)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,8 @@ steps, 1 continuation) counts as one.
 
 A grid's runs are independent of each other: :func:`grid_runs` lists those not done yet, and
 the benchmark (bench/runner.py) runs them side by side (``--jobs``, ``--ray``) before
-:func:`tune`, which then reads their scores and runs only the steps past an edge itself.
+:func:`tune`, which then reads their scores. A step past an edge waits for the choice before
+it; given ``run_many``, it runs on its tuning seeds side by side as well.
 
 Everything is kept in ``OUT/REGIME/tune/``: ``METHOD.json`` (every setting's score on each
 seed and their mean, the choice, the edges left) and one folder per setting and seed
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 Setting = dict[str, float]  # {"lr": ..., optionally "value_lr": ... and the method's options}
+Runs = list[tuple[Regime, Method, int, Path, Setting]]  # (regime, method, seed, folder, setting)
 MAX_EXTENSIONS = 3  # steps past an edge, per axis
 
 
@@ -135,11 +137,14 @@ def _sweep(
     method: Method,
     seeds: tuple[int, ...],
     score: Callable[[Setting, int], float],
+    prepare: Callable[[Setting], None] = lambda setting: None,
 ) -> dict[str, Any]:
-    """The grid on every seed, then the steps past an edge choice; the record of it all."""
+    """The grid on every seed, then the steps past an edge choice; the record of it all.
+    ``prepare(setting)`` is called before a setting is scored (to run its seeds at once)."""
     scores: list[dict[str, Any]] = []
 
     def evaluate(setting: Setting) -> None:
+        prepare(setting)
         per_seed = {str(seed): score(setting, seed) for seed in seeds}
         mean = sum(per_seed.values()) / len(per_seed)
         scores.append({"setting": setting, "validation_accuracy": mean, "per_seed": per_seed})
@@ -189,9 +194,7 @@ def _swept(regime: Regime, preset: Preset, method: Method) -> bool:
     return bool(preset.tune_seeds) and len(grid(regime, method)) > 1
 
 
-def grid_runs(
-    out: Path, regime: Regime, preset: Preset, method: Method
-) -> list[tuple[Regime, Method, int, Path, Setting]]:
+def grid_runs(out: Path, regime: Regime, preset: Preset, method: Method) -> Runs:
     """The runs of ``method``'s grid (every setting on every tuning seed) that are not done
     yet, each as ``(regime, method, seed, folder, setting)`` set for that run, for a caller to
     run side by side before :func:`tune`, which then only reads their scores (and runs the
@@ -199,13 +202,21 @@ def grid_runs(
     or without one."""
     if (_tuning(out, regime) / f"{method.name}.json").exists() or not _swept(regime, preset, method):  # fmt: skip
         return []
+    return [
+        run
+        for setting in grid(regime, method)
+        for run in _pending(out, regime, method, setting, preset.tune_seeds)
+    ]
+
+
+def _pending(out: Path, regime: Regime, method: Method, setting: Setting, seeds: tuple[int, ...]) -> Runs:  # fmt: skip
+    """The runs of ``setting`` on ``seeds`` not done yet, each set for its run."""
     runs = []
-    for setting in grid(regime, method):
-        for seed in preset.tune_seeds:
-            folder = _run_folder(out, regime, method, setting, seed)
-            if not (folder / "done.json").exists():
-                tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)  # fmt: skip
-                runs.append((tuned_regime, tuned_method, seed, folder, setting))
+    for seed in seeds:
+        folder = _run_folder(out, regime, method, setting, seed)
+        if not (folder / "done.json").exists():
+            tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)
+            runs.append((tuned_regime, tuned_method, seed, folder, setting))
     return runs
 
 
@@ -216,10 +227,13 @@ def tune(
     method: Method,
     run: Callable[[Regime, Method, int, Path], None],
     log: Callable[[str], None],
+    run_many: Callable[[Runs], None] | None = None,
 ) -> dict[str, Any]:
     """The chosen setting of ``method`` in ``regime`` (cached in ``OUT/REGIME/tune``).
     ``run(regime, method, seed, folder)`` runs one method to the end of its budget, evaluating
-    on the regime's held-out set at the preset's fractions (here: the validation set)."""
+    on the regime's held-out set at the preset's fractions (here: the validation set).
+    ``run_many(runs)``, if given, runs a step past an edge on all its tuning seeds at once
+    (side by side: ``--jobs``, ``--ray``), each run writing its ``done.json``."""
     folder = _tuning(out, regime)
     record_path = folder / f"{method.name}.json"
     if record_path.exists():
@@ -230,16 +244,20 @@ def tune(
         record: dict[str, Any] = {"choice": choice, "scores": [], "seeds": [], "edge": []}
     else:
 
+        def prepare(setting: Setting) -> None:
+            pending = _pending(out, regime, method, setting, preset.tune_seeds)
+            if run_many is not None and len(pending) > 1:
+                log(f"  tune {method.name} {label(setting)} (seeds {[r[2] for r in pending]})")
+                run_many(pending)
+
         def score(setting: Setting, seed: int) -> float:
-            run_folder = _run_folder(out, regime, method, setting, seed)
-            if not (run_folder / "done.json").exists():
+            for tuned_regime, tuned_method, _, run_folder, _ in _pending(out, regime, method, setting, (seed,)):  # fmt: skip
                 log(f"  tune {method.name} {label(setting)} (seed {seed})")
-                tuned_regime, tuned_method = apply(replace(regime, validation=True), method, setting)  # fmt: skip
                 run(tuned_regime, tuned_method, seed, run_folder)
                 (run_folder / "done.json").write_text("{}")
-            return _final_accuracy(run_folder)
+            return _final_accuracy(_run_folder(out, regime, method, setting, seed))
 
-        record = _sweep(regime, method, preset.tune_seeds, score)
+        record = _sweep(regime, method, preset.tune_seeds, score, prepare)
     folder.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1))
     return record

@@ -121,6 +121,25 @@ def test_a_choice_at_the_grids_edge_is_extended_until_it_is_inside(tmp_path):
     assert record["axes"]["lr"] == pytest.approx([1e-4, 3e-4, 9e-4, 2.7e-3])
 
 
+def test_run_many_takes_each_step_past_an_edge_on_all_its_seeds_and_changes_nothing(tmp_path):
+    one_at_a_time = tune(tmp_path / "a", REGIME, SMOKE, resolve_method("rloo"), fake_run(peaked(9e-4)), print)  # fmt: skip
+    batches, runs = [], []
+    run = fake_run(peaked(9e-4), runs)
+
+    def run_many(pending):  # as the benchmark's workers do: each run, then its done.json
+        batches.append([(r.lr, seed) for r, _, seed, _, _ in pending])
+        for regime, method, seed, folder, _ in pending:
+            run(regime, method, seed, folder)
+            (folder / "done.json").write_text(json.dumps({"seconds": 1.0}))
+
+    record = tune(tmp_path / "b", REGIME, SMOKE, resolve_method("rloo"), run, print, run_many)
+    assert record == one_at_a_time
+    # the grid's settings, then the two steps past its top, each one batch of both seeds
+    assert [[seed for _, seed in batch] for batch in batches] == [[100, 101]] * 4
+    assert [batch[0][0] for batch in batches] == pytest.approx([1e-4, 3e-4, 9e-4, 2.7e-3])
+    assert len(runs) == 8
+
+
 def test_the_step_below_the_bottom_edge_is_the_same_ratio(tmp_path):
     record = tune(tmp_path, REGIME, SMOKE, resolve_method("rloo"), fake_run(peaked(1e-5)), print)
     assert record["axes"]["lr"] == pytest.approx([1e-4 / 27, 1e-4 / 9, 1e-4 / 3, 1e-4, 3e-4], rel=1e-5)  # fmt: skip
