@@ -1,10 +1,10 @@
-"""A benchmark's runs (sweep grids, reported runs) placed on a Ray cluster (``forkgym bench --ray ADDRESS``).
+"""A benchmark's runs placed on a Ray cluster (``forkgym bench --ray ADDRESS``).
 
-Each cell (one method at one setting, one seed: a run of a sweep's grid on a tuning seed,
-or a reported run) is one Ray task asking for one CPU;
-it runs exactly what :func:`~forkgym.bench.runner.run_cells` runs in a local process, with
-one torch thread, and writes its run folder and ``done.json`` under ``--out``. The cluster
-runs as many cells at once as it has CPUs.
+Each cell (one method at one setting, one seed: a run of a sweep on a tuning seed, or a
+reported run) is one Ray task asking for one CPU; it runs exactly what
+:func:`~forkgym.bench.runner.run_cells` runs in a local process, with one torch thread, and
+writes its run folder and ``done.json`` under ``--out``. The cluster runs as many cells at
+once as it has CPUs.
 
 What a cluster must offer: forkgym installed on every node (with the extras the methods
 need), and ``--out`` on storage every node sees at the same path (NFS, a shared volume): a

@@ -155,9 +155,9 @@ class AccuracyTarget:
     sft calls the hook every ``check_every`` steps; the hook evaluates at every ``every``-th
     call, at every call once a check came within ``near`` of the target (from then on the
     curve, which rises and falls by several points a step, is watched step by step, so the
-    stop does not overshoot by a coarse interval's gain), and at a call at or past ``cap`` tokens (the budget's last step). With
-    the defaults it evaluates at every call, and sft checks the saved model once more if its
-    last step went unchecked.
+    stop does not overshoot by a coarse interval's gain), and at a call at or past ``cap``
+    tokens (the budget's last step). With the defaults it evaluates at every call, and sft
+    checks the saved model once more if its last step went unchecked.
 
     ``tolerance`` > 0: a single step can still carry accuracy well past the target (at a
     warm start's rate, from 0.36 to 0.47 on 500 tasks). The hook keeps a copy of the weights
