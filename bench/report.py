@@ -17,10 +17,8 @@ from typing import Any
 
 import torch
 
-from forkgym.agents.generation.episode_log import read_outcomes
-from forkgym.agents.run.runlog import read_metrics
-
 from .ceiling import ceiling_table
+from .cells import read_last_outcomes, read_steps
 from .held_out import distinct_problems, overlap
 from .methods import resolve_method
 from .paired import paired_compare, paired_min_detectable, seeds_needed, variance_parts
@@ -80,8 +78,8 @@ def _anchor_sums(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def summarise(folder: Path, method: str, seed: int, regime: Regime, start: float, fractions: tuple[float, ...]) -> RunSummary:  # fmt: skip
-    rows = read_metrics(folder)
-    recorded = read_outcomes(folder)
+    rows = read_steps(folder)
+    recorded = read_last_outcomes(folder)
     kind = resolve_method(method).kind
     budget = regime.budget_tokens
     x_key = "tokens_trained" if kind == "sft" else "tokens_generated"  # SFT generates nothing

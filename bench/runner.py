@@ -5,7 +5,8 @@ Layout of the output folder (everything a report needs is read back from it)::
     OUT/bench.json                     the preset as run (a resumed run must match it)
     OUT/REGIME/warm/                   the regime's warm start (a model folder) + warm.json
                                        (one regime may share another's: Regime.warm_name)
-    OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints
+    OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints, and once
+                                       it ends its compact figures (:mod:`.cells`)
     OUT/REGIME/METHOD-seedS/done.json  written last: the run is complete
 
 Resuming (the same command again): complete runs are skipped, a forkgym run with a checkpoint
@@ -29,6 +30,7 @@ from forkgym.agents.run.config import TrainConfig
 from forkgym.agents.seeds import child_seed
 
 from .ceiling import measure_ceilings
+from .cells import compact_finished, compact_run
 from .held_out import EVAL_SEED, evaluation_tasks, held_out_accuracy, regime_held_out
 from .methods import Method, resolve_method
 from .presets import Preset, Regime
@@ -306,6 +308,8 @@ def run_bench(
         if regime.vine_error_prompts and "vine" in names:
             vine = tuned.get("vine", resolve_method("vine")).overrides["algorithm_kwargs"]
             measure_vine_error(out, regime, run_dir(out, regime, "vine", first_seed), vine, log)
+    if compacted := compact_finished(out):  # runs that ended before runs were compacted
+        log(f"compacted {compacted} finished runs")
     return write_report(out, preset, log=log, command=command)
 
 
@@ -397,7 +401,8 @@ def run_cells(
 
 
 def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset: Preset, model: str, log: Log) -> None:  # fmt: skip
-    """One run of ``method`` from the warm start ``model``, whatever its kind."""
+    """One run of ``method`` from the warm start ``model``, whatever its kind, then its
+    compact figures (:func:`.cells.compact_run`)."""
     if method.kind == "sft":
         run_sft(regime, preset, seed, model, folder, log)
     elif method.kind == "trl":
@@ -406,6 +411,7 @@ def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset:
         run_trl(regime, preset, seed, model, folder)
     else:
         run_rl(regime, preset, method, seed, model, folder, log)
+    compact_run(folder)
 
 
 def _max_turns(regime: Regime) -> int:

@@ -41,6 +41,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .cells import read_steps
 from .methods import Method
 from .presets import Preset, Regime
 
@@ -97,12 +98,11 @@ def apply(regime: Regime, method: Method, setting: Setting) -> tuple[Regime, Met
 
 def _final_accuracy(folder: Path) -> float:
     """The run's last validation accuracy: ``validation.json`` (an RL run, scored after it
-    ends) or the last evaluation in its ``metrics.jsonl`` (SFT, TRL)."""
+    ends) or the last evaluation in its per-step figures (SFT, TRL)."""
     scored_file = folder / "validation.json"
     if scored_file.exists():
         return float(json.loads(scored_file.read_text())["eval_accuracy"])
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    scored = [r["eval_accuracy"] for r in rows if r.get("eval_accuracy") is not None]
+    scored = [r["eval_accuracy"] for r in read_steps(folder) if r.get("eval_accuracy") is not None]
     if not scored:
         raise RuntimeError(f"{folder}: the tuning run recorded no validation accuracy")
     return float(scored[-1])

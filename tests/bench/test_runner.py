@@ -1,13 +1,14 @@
 """The benchmark end to end on the smoke preset: report, budget, and resuming a stopped run."""
 
 import json
+import shutil
 
 import pytest
 
 from forkgym.agents.run.runlog import read_metrics
 from forkgym.agents.run.trainer import Trainer
 from forkgym.bench import PRESETS, run_bench
-from forkgym.bench.report import check_report
+from forkgym.bench.report import check_report, write_report
 
 pytestmark = pytest.mark.slow
 METHODS = ["rloo", "ppo", "sft"]
@@ -18,6 +19,10 @@ def _comparable(rows):
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
 
 
+def _undated(report):
+    return [line for line in report.splitlines() if not line.startswith("Written ")]
+
+
 def test_an_interrupted_benchmark_resumes_to_the_same_runs_and_report(tmp_path, monkeypatch):
     preset = PRESETS["smoke"]
     whole = tmp_path / "whole"
@@ -26,6 +31,15 @@ def test_an_interrupted_benchmark_resumes_to_the_same_runs_and_report(tmp_path, 
     report = (whole / "report.md").read_text()
     for column in ("sampled / accepted", "trained on", "budget kept", "explained variance"):
         assert column in report
+    # the folder as committed (.gitignore: no per-step logs, evaluations, checkpoints or
+    # SQLite logs) reports exactly as the one that ran, from each run's compact figures
+    slim = tmp_path / "slim"
+    shutil.copytree(whole, slim, ignore=shutil.ignore_patterns("metrics.jsonl", "eval", "checkpoints", "metrics.db*", "*.png"))  # fmt: skip
+    assert (slim / "arithmetic-k4" / "ppo-seed0" / "steps.jsonl.gz").exists()
+    write_report(
+        slim, preset, log=lambda _: None, command=f"forkgym bench --preset smoke --out {whole}"
+    )
+    assert _undated((slim / "report.md").read_text()) == _undated(report)
 
     # stop the ppo seed-0 run at its 4th step (after the step-2 checkpoint), as a kill would
     calls = {"n": 0}
