@@ -68,7 +68,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
     ``regime.warm_accuracy``, checked every 2,000 tokens or so (or for ``warm_max_tokens``
     when it is None). Its accuracy on the reported set is recorded once it has stopped."""
     from forkgym.agents.models import load_policy_model
-    from forkgym.agents.run.sft import sft
+    from forkgym.agents.run.sft import every_steps, sft
 
     folder = out / regime.warm_dir / "warm"
     marker = folder / "warm.json"
@@ -97,8 +97,7 @@ def warm_start(out: Path, regime: Regime, preset: Preset, base: Path, log: Log) 
         seed=0,
         env_kwargs=regime.env_kwargs,
         batch_size=regime.warm_batch_size,
-        until=reached if target is not None else None,
-        check_every=10,
+        until=every_steps(reached, 10) if target is not None else None,
     )
     model, tokenizer = load_policy_model(folder)
     validated = regime_held_out(model, tokenizer, validating, preset.held_out_episodes(validating))
@@ -183,7 +182,7 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
     marks = [int(f * regime.budget_tokens) for f in preset.eval_fractions]
     state = {"step": 0, "total": 0, "clock": time.perf_counter()}
 
-    def until(model_: Any, tokenizer: Any, tokens: int) -> bool:
+    def until(model_: Any, tokenizer: Any, tokens: int, last: bool) -> bool:
         now = time.perf_counter()
         state["step"] += 1
         row: dict[str, Any] = {
@@ -220,7 +219,6 @@ def run_sft(regime: Regime, preset: Preset, seed: int, model: str, folder: Path,
         batch_size=regime.k * regime.prompts_per_step,
         env_kwargs=regime.env_kwargs,
         until=until,
-        check_every=1,
     )
     metrics.close()
 

@@ -15,6 +15,7 @@ budget ``tokens`` by default) have been trained on, and flat from there.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -33,7 +34,27 @@ from ..learner.schedules import lr_factor
 from ..padding import pad_sequences, padding_mask
 from ..seeds import task_seeds
 
-__all__ = ["Demonstration", "demonstration", "sft", "sft_lr_factor"]
+__all__ = ["Demonstration", "StopHook", "demonstration", "every_steps", "sft", "sft_lr_factor"]
+
+StopHook = Callable[[Any, Any, int, bool], bool]
+"""``until(model, tokenizer, tokens_so_far, last)``: sft asks it after every step (``last``:
+that step spent the budget) and ends training when it returns True. The hook keeps its own
+cadence: :func:`every_steps` gives a plain check one, agents/run/warm_target.py a rule that
+watches each step once near its target."""
+
+
+def every_steps(check: Callable[[Any, Any, int], bool], n: int) -> StopHook:
+    """A :data:`StopHook` that asks ``check(model, tokenizer, tokens)`` after every ``n``-th
+    step and after the budget's last one, so its last call always sees the saved model."""
+    if n < 1:
+        raise ValueError(f"a check every n steps needs n >= 1, got {n!r}")
+    calls = itertools.count(1)
+
+    def until(model: Any, tokenizer: Any, tokens: int, last: bool) -> bool:
+        due = next(calls) % n == 0 or last
+        return due and check(model, tokenizer, tokens)
+
+    return until
 
 
 @dataclass
@@ -93,8 +114,7 @@ def sft(
     env_kwargs: dict[str, Any] | None = None,
     device: str = "cpu",
     log: Callable[[dict[str, float]], None] | None = None,
-    until: Callable[[Any, Any, int], bool] | None = None,
-    check_every: int = 25,
+    until: StopHook | None = None,
     held_out: bool = True,
     lr_schedule: str = "constant",
     lr_final_ratio: float = 0.0,
@@ -106,10 +126,8 @@ def sft(
     content partition, so a model evaluated on the eval side (as ``forkgym train`` and
     ``forkgym eval`` do by default) was never shown an evaluated problem's answer.
 
-    ``until(model, tokenizer, tokens_so_far)``, called every ``check_every`` steps, may end
-    training early (e.g. once validation accuracy reaches a warm-start target); a run that
-    ends at the budget with its last step unchecked calls it once more, so its last call
-    always saw the saved model. ``lr_schedule``, ``lr_final_ratio``, ``lr_decay_tokens``:
+    ``until`` (a :data:`StopHook`), asked after every step, may end training early (e.g.
+    once validation accuracy reaches a warm-start target). ``lr_schedule``, ``lr_final_ratio``, ``lr_decay_tokens``:
     the decay after the warm-up (:func:`sft_lr_factor`; ``constant`` by default).
     """
     from ..learner.logprobs import token_logprobs
@@ -125,7 +143,6 @@ def sft(
     step = 0
     start = time.perf_counter()
     losses = []
-    checked = False
     while trained < tokens:
         demos = [demonstration(env, chat, s) for s in task_seeds(seed, "sft", step, batch_size)]
         ids = pad_sequences([d.token_ids for d in demos], value=tokenizer.pad_token_id)
@@ -149,11 +166,8 @@ def sft(
         losses.append(float(loss.detach()))
         if log is not None:
             log({"step": step, "loss": losses[-1], "tokens": trained, "lr": lr * factor})
-        checked = until is not None and step % check_every == 0
-        if checked and until(model, tokenizer, trained):
+        if until is not None and until(model, tokenizer, trained, trained >= tokens):
             break
-    if until is not None and not checked:  # the budget ended it after an unchecked step
-        until(model, tokenizer, trained)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

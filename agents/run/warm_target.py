@@ -152,12 +152,11 @@ class AccuracyTarget:
     on ``tasks`` reaches ``target``. ``checks`` holds every check (tokens, accuracy), the
     last of the saved model.
 
-    sft calls the hook every ``check_every`` steps; the hook evaluates at every ``every``-th
-    call, at every call once a check came within ``near`` of the target (from then on the
-    curve, which rises and falls by several points a step, is watched step by step, so the
-    stop does not overshoot by a coarse interval's gain), and at a call at or past ``cap``
-    tokens (the budget's last step). With the defaults it evaluates at every call, and sft
-    checks the saved model once more if its last step went unchecked.
+    sft asks the hook after every step; it evaluates at every ``every``-th call, at every call
+    once a check came within ``near`` of the target (from then on the curve, which rises and
+    falls by several points a step, is watched step by step, so the stop does not overshoot by
+    a coarse interval's gain), and after the budget's last step, so its last check is of the
+    saved model. With the defaults it evaluates at every call.
 
     ``tolerance`` > 0: a single step can still carry accuracy well past the target (at a
     warm start's rate, from 0.36 to 0.47 on 500 tasks). The hook keeps a copy of the weights
@@ -176,20 +175,18 @@ class AccuracyTarget:
     checks: list[dict[str, float]] = field(default_factory=list)
     every: int = 1
     near: float = 0.0
-    cap: int | None = None
     tolerance: float = 0.0
     calls: int = 0
     _closest: tuple[dict[str, float], dict[str, Any]] | None = field(default=None, repr=False)
 
-    def due(self, tokens: int) -> bool:
+    def due(self, last: bool) -> bool:
         """Whether this call evaluates (see the class's docstring)."""
         close = any(c["validation_accuracy"] >= self.target - self.near for c in self.checks)
-        at_cap = self.cap is not None and tokens >= self.cap
-        return self.calls % self.every == 0 or (self.near > 0 and close) or at_cap
+        return self.calls % self.every == 0 or (self.near > 0 and close) or last
 
-    def __call__(self, model: Any, tokenizer: Any, tokens: int) -> bool:
+    def __call__(self, model: Any, tokenizer: Any, tokens: int, last: bool = False) -> bool:
         self.calls += 1
-        if not self.due(tokens):
+        if not self.due(last):
             return False
         accuracy = validation_accuracy(
             model, tokenizer, self.env_id, self.env_kwargs, self.tasks, self.max_new_tokens
@@ -247,13 +244,12 @@ def accuracy_target(
     log: Callable[[dict[str, float]], None] | None = None,
     every: int = 1,
     near: float = 0.0,
-    cap: int | None = None,
     tolerance: float = 0.0,
 ) -> AccuracyTarget:
     """The hook that stops a warm start at ``target`` greedy accuracy on ``episodes``
     validation tasks kept clear of the first ``eval_episodes`` tasks ``forkgym train``
     evaluates on at ``eval_seed`` (:func:`validation_tasks`, :func:`reported_tasks`);
-    ``every``, ``near``, ``cap``: when it evaluates; ``tolerance``: how far above the target
+    ``every``, ``near``: when it evaluates; ``tolerance``: how far above the target
     the saved model may land before the closest checked one is restored
     (:class:`AccuracyTarget`)."""
     if not 0.0 <= target <= 1.0:
@@ -275,6 +271,5 @@ def accuracy_target(
         log,
         every=every,
         near=near,
-        cap=cap,
         tolerance=tolerance,
     )

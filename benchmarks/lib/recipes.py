@@ -93,7 +93,7 @@ def warm_start(
     ``max_tokens`` tokens); the untrained model is built once in ``work`` and reused.
     Returns ``(model dir, accuracy, SFT tokens)``."""
     from forkgym.agents.models import init_model, load_policy_model
-    from forkgym.agents.run.sft import sft
+    from forkgym.agents.run.sft import every_steps, sft
 
     base = work / "base"
     if not (base / "config.json").exists():
@@ -119,8 +119,7 @@ def warm_start(
         out=out,
         seed=0,
         env_kwargs=env_kwargs,
-        until=reached,
-        check_every=check_every,
+        until=every_steps(reached, check_every),
     )
     model, tokenizer = load_policy_model(out)
     accuracy = held_out(model, tokenizer, env_id, env_kwargs, max_new_tokens)

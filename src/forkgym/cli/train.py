@@ -135,7 +135,7 @@ def sft(
         target = _warm_target(
             target_accuracy, env_id, env_kwargs, held_out, validation_episodes,
             eval_episodes, eval_seed, max_new_tokens,
-            {"every": check_every, "near": check_near, "cap": tokens, "tolerance": target_tolerance},
+            {"every": check_every, "near": check_near, "tolerance": target_tolerance},
         )  # fmt: skip
     result = run_sft(
         model,
@@ -151,7 +151,6 @@ def sft(
         lr_final_ratio=lr_final_ratio,
         lr_decay_tokens=lr_decay_tokens,
         until=target,
-        check_every=1 if target is not None else check_every,
     )
     summary = target.summary() if target is not None else {}
     typer.echo(json.dumps({"out": str(out), **result, **summary}))
@@ -176,8 +175,8 @@ def _warm_target(
     rule: dict[str, Any],
 ) -> Any:
     """sft's stopping rule (agents/run/warm_target.py), or a one-line refusal. ``rule``: its
-    ``every``, ``near``, ``cap`` and ``tolerance``; sft calls the rule every step and the rule
-    keeps that cadence itself."""
+    ``every``, ``near`` and ``tolerance``; sft asks the rule after every step and the rule
+    keeps its own cadence."""
     from forkgym.agents.run.config import TrainConfig
     from forkgym.agents.run.warm_target import accuracy_target
 

@@ -7,7 +7,7 @@ import pytest
 
 from forkgym.agents.learner.schedules import lr_factor
 from forkgym.agents.run import warm_target
-from forkgym.agents.run.sft import sft, sft_lr_factor
+from forkgym.agents.run.sft import every_steps, sft, sft_lr_factor
 from forkgym.agents.run.warm_target import (
     AccuracyTarget,
     accuracy_target,
@@ -113,9 +113,9 @@ def test_a_small_task_space_repeats_its_problems_or_is_refused():
 
 
 def test_a_reached_target_stops_at_the_first_check(tiny_model_dir, tmp_path):
-    target = accuracy_target(0.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4)
+    target = accuracy_target(0.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=2)
     result = sft(str(tiny_model_dir), ENV, tokens=100_000, out=tmp_path / "w", batch_size=4,
-                 env_kwargs=QUICKSTART, until=target, check_every=2)  # fmt: skip
+                 env_kwargs=QUICKSTART, until=target)  # fmt: skip
     assert result["steps"] == 2 and result["tokens"] < 100_000
     assert [c["tokens"] for c in target.checks] == [result["tokens"]]
     assert target.summary() == {
@@ -125,9 +125,9 @@ def test_a_reached_target_stops_at_the_first_check(tiny_model_dir, tmp_path):
 
 
 def test_an_unreached_target_runs_to_the_cap_and_says_so(tiny_model_dir, tmp_path):
-    target = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4)
+    target = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=2)
     result = sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "w", batch_size=4,
-                 env_kwargs=QUICKSTART, until=target, check_every=2)  # fmt: skip
+                 env_kwargs=QUICKSTART, until=target)  # fmt: skip
     assert result["tokens"] >= 300
     # checked every 2 steps, and the saved model once more if the last step was not
     assert target.checks[-1]["tokens"] == result["tokens"]
@@ -136,17 +136,17 @@ def test_an_unreached_target_runs_to_the_cap_and_says_so(tiny_model_dir, tmp_pat
 
 
 def test_the_rule_keeps_its_own_cadence_and_watches_each_step_once_near(tiny_model_dir, tmp_path):  # fmt: skip
-    # sft calls it every step; far from the target it evaluates every 3rd call and at the cap
-    far = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3, cap=300)
+    # sft asks it every step; far from the target it evaluates every 3rd call and after the last
+    far = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3)
     result = sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "a", batch_size=4,
-                 env_kwargs=QUICKSTART, until=far, check_every=1)  # fmt: skip
+                 env_kwargs=QUICKSTART, until=far)  # fmt: skip
     steps = result["steps"]
     assert far.calls == steps and far.checks[-1]["tokens"] == result["tokens"]
     assert len(far.checks) == steps // 3 + (steps % 3 > 0)
     # within `near` of the target (here any accuracy is) it evaluates every call after the first
-    near = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3, near=1.0, cap=300)  # fmt: skip
+    near = accuracy_target(1.0, ENV, QUICKSTART, episodes=4, max_new_tokens=4, every=3, near=1.0)  # fmt: skip
     sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "b", batch_size=4,
-        env_kwargs=QUICKSTART, until=near, check_every=1)  # fmt: skip
+        env_kwargs=QUICKSTART, until=near)  # fmt: skip
     assert near.calls == steps and len(near.checks) == steps - 2
 
 
@@ -206,3 +206,19 @@ def test_a_target_outside_0_1_is_refused():
         accuracy_target(1.01, ENV, QUICKSTART)
     with pytest.raises(ValueError, match="every must be >= 1"):
         accuracy_target(0.5, ENV, QUICKSTART, every=0)
+
+
+def test_a_plain_check_every_n_steps_is_asked_at_each_nth_step_and_after_the_last(tiny_model_dir, tmp_path):  # fmt: skip
+    seen = []
+
+    def check(model, tokenizer, tokens):
+        seen.append(tokens)
+        return False
+
+    result = sft(str(tiny_model_dir), ENV, tokens=300, out=tmp_path / "w", batch_size=4,
+                 env_kwargs=QUICKSTART, until=every_steps(check, 3))  # fmt: skip
+    steps = result["steps"]
+    assert steps % 3 != 0  # the last step is off the cadence, and is asked all the same
+    assert len(seen) == steps // 3 + 1 and seen[-1] == result["tokens"]
+    with pytest.raises(ValueError, match="n >= 1"):
+        every_steps(check, 0)
