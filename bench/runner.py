@@ -2,7 +2,11 @@
 
 Layout of the output folder (everything a report needs is read back from it)::
 
-    OUT/bench.json                     the preset as run (a resumed run must match it)
+    OUT/bench.json                     the preset's settings as run, its regimes aside, and
+                                       the methods and seeds asked for (a resumed run must
+                                       match them)
+    OUT/REGIME/regime.json             the regime as run, written as it starts (a resumed
+                                       run must match it; a regime not started yet may change)
     OUT/REGIME/warm/                   the regime's warm start (a model folder) + warm.json
                                        (one regime may share another's: Regime.warm_name)
     OUT/REGIME/METHOD-seedS/           one run: metrics.jsonl, config, checkpoints, and once
@@ -49,6 +53,52 @@ __all__ = [
 ]
 
 Log = Callable[[str], None]
+
+
+def _claim(out: Path, preset: Preset, methods: list[str] | None, seeds: list[int] | None) -> None:
+    """Record what ``out`` runs in ``bench.json``, or refuse a folder that ran other settings.
+    A regime is checked against its own ``regime.json``, written as its first run starts
+    (:func:`_start_regime`), so a regime's budget can still be set (from its pilot) while
+    another regime's finished runs stay valid. A ``bench.json`` written before regimes had
+    their own record holds them in its preset: they are split out."""
+    record = {
+        "preset": {k: v for k, v in dataclasses.asdict(preset).items() if k != "regimes"},
+        "methods": methods,
+        "seeds": seeds,
+    }
+    record = json.loads(json.dumps(record))  # as it reads back (tuples are lists)
+    manifest = out / "bench.json"
+    if manifest.exists():
+        previous = json.loads(manifest.read_text())
+        for ran in previous["preset"].pop("regimes", []):
+            if (out / ran["name"]).exists() and not (out / ran["name"] / "regime.json").exists():
+                _write_json(out / ran["name"] / "regime.json", ran)
+        if previous != record:
+            raise ValueError(
+                f"{out} holds a different benchmark ({previous['preset']['name']}, methods "
+                f"{previous['methods']}, seeds {previous['seeds']}); use another --out"
+            )
+    for regime in preset.regimes:
+        _start_regime(out, regime, write=False)
+    _write_json(manifest, record)
+
+
+def _start_regime(out: Path, regime: Regime, *, write: bool = True) -> None:
+    """Refuse ``regime`` if its folder ran it with other settings; else (``write``) record
+    it there."""
+    path = out / regime.name / "regime.json"
+    wanted = json.loads(json.dumps(dataclasses.asdict(regime)))
+    if path.exists():
+        ran = json.loads(path.read_text())
+        if ran != wanted:
+            changed = sorted(k for k in wanted.keys() | ran.keys() if wanted.get(k) != ran.get(k))
+            raise ValueError(
+                f"{out / regime.name} ran regime {regime.name} with other settings "
+                f"({', '.join(changed)}); use another --out, or remove that folder to run it again"
+            )
+    elif write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(path, wanted)
 
 
 def run_dir(out: Path, regime: Regime, method: str, seed: int) -> Path:
@@ -252,25 +302,13 @@ def run_bench(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     chosen = {name: resolve_method(name) for name in methods} if methods else None
-    record = {
-        "preset": dataclasses.asdict(preset),
-        "methods": sorted(chosen) if chosen else None,
-        "seeds": list(seeds) if seeds else None,
-    }
-    manifest = out / "bench.json"
-    if manifest.exists():
-        previous = json.loads(manifest.read_text())
-        if previous != json.loads(json.dumps(record)):
-            raise ValueError(
-                f"{out} holds a different benchmark ({previous['preset']['name']}, methods "
-                f"{previous['methods']}, seeds {previous['seeds']}); use another --out"
-            )
-    _write_json(manifest, record)
+    _claim(out, preset, sorted(chosen) if chosen else None, list(seeds) if seeds else None)
     base = out / "base-model"
     if not (base / "config.json").exists():
         init_model(base)
     for regime in preset.regimes:
         log(f"regime {regime.name}: {regime.about}")
+        _start_regime(out, regime)
         warm = warm_start(out, regime, preset, base, log)
         log(f"  start: held-out {warm['accuracy']:.3f} after {warm['sft_tokens']:,} SFT tokens")
         names = list(chosen) if chosen else list(regime.methods)
