@@ -397,20 +397,56 @@ def run_cell(cell: Cell, preset: Preset, log: Log) -> None:
     _write_json(cell.folder / "done.json", done)
 
 
-def _worker_threads(threads: int) -> None:
+def _child(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    fn(*args)
+
+
+def in_processes(work: list[tuple[Callable[..., Any], tuple[Any, ...]]], jobs: int, threads: int) -> None:  # fmt: skip
+    """Run each ``(fn, args)`` of ``work`` in a fresh spawned process of its own with
+    ``threads`` torch threads, at most ``jobs`` at a time. The processes are not daemonic: a
+    run's verifier starts worker processes of its own (its time limits), which a daemonic
+    process (a ``multiprocessing.Pool`` worker's) may not, so every answer off the verifier's
+    fast path would fail as an ``error``. A process that fails (its traceback goes to
+    stderr) ends the ones in flight and raises here; so does an interrupt."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context("spawn")
+    pending = list(work)
+    running: dict[Any, Any] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                fn, args = pending.pop(0)
+                process = context.Process(target=_child, args=(threads, fn, args))
+                process.start()
+                running[process.sentinel] = process
+            for sentinel in wait(list(running)):
+                process = running.pop(sentinel)
+                process.join()
+                if process.exitcode != 0:
+                    raise RuntimeError(
+                        f"a benchmark run failed in its worker process (exit code "
+                        f"{process.exitcode}; its traceback is above); the finished runs are "
+                        "kept: fix the cause and rerun the command to resume"
+                    )
+    finally:
+        for process in running.values():
+            process.terminate()
+            process.join()
 
 
 def run_cells(
     cells: list[Cell], preset: Preset, log: Log, jobs: int = 1, ray_address: str | None = None
 ) -> None:
-    """Run ``cells``: one after another, in ``jobs`` worker processes (spawned, one per run,
-    each with ``torch.get_num_threads() // jobs`` threads, at least 1) that log with
-    ``print``, or as tasks on the Ray cluster at ``ray_address``. A run that fails stops the
-    benchmark (the runs in flight are ended); the finished ones keep their ``done.json``, and
-    the rerun command resumes the rest."""
+    """Run ``cells``: one after another, in ``jobs`` worker processes (:func:`in_processes`:
+    spawned, one per run, each with ``torch.get_num_threads() // jobs`` threads, at least 1)
+    that log with ``print``, or as tasks on the Ray cluster at ``ray_address``. A run that
+    fails stops the benchmark (the runs in flight are ended); the finished ones keep their
+    ``done.json``, and the rerun command resumes the rest."""
     if ray_address is not None:
         from .ray_cells import run_cells_on_ray
 
@@ -420,20 +456,11 @@ def run_cells(
         for cell in cells:
             run_cell(cell, preset, log)
         return
-    import multiprocessing
-
     import torch
 
     threads = max(1, torch.get_num_threads() // jobs)
     log(f"  {len(cells)} runs in {jobs} processes, {threads} thread(s) each")
-    context = multiprocessing.get_context("spawn")
-    # a fresh process per run (maxtasksperchild=1): what one run leaves behind (a verifier's
-    # worker pool, a thread) cannot hold on to memory or block the next; leaving the block
-    # terminates the workers once every result is in
-    with context.Pool(jobs, initializer=_worker_threads, initargs=(threads,), maxtasksperchild=1) as pool:  # fmt: skip
-        pending = [pool.apply_async(run_cell, (cell, preset, print)) for cell in cells]
-        for result in pending:
-            result.get()
+    in_processes([(run_cell, (cell, preset, print)) for cell in cells], jobs, threads)
 
 
 def _one_run(regime: Regime, method: Method, seed: int, folder: Path, *, preset: Preset, model: str, log: Log) -> None:  # fmt: skip

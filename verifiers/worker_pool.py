@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures.process import BrokenProcessPool
@@ -113,12 +114,22 @@ def failure_status(exc: BaseException, timeout: float | None) -> tuple[Status, d
     }
 
 
+def _close_at_exit(ref: weakref.ref[WorkerPool]) -> None:
+    pool = ref()
+    if pool is not None:
+        pool.close()
+
+
 class WorkerPool:
     """``workers`` processes, started lazily, shared by every thread of the caller.
 
     ``submit`` is thread-safe and returns a future; a task running longer than its ``timeout``
     is killed together with its worker, which the pool replaces. A broken pool is rebuilt on the
     next submit, so one bad item never takes the service down.
+
+    The workers stop as the calling process exits, a ``multiprocessing`` child's too: such a
+    child joins its own children before Python's exit hooks run, and would wait for ever on
+    workers that were never told to stop.
     """
 
     def __init__(
@@ -137,6 +148,9 @@ class WorkerPool:
         self.start_method = start_method
         self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
+        # run by multiprocessing's exit function before it joins the process's children
+        # (priority >= 0); dropped when this pool is collected
+        util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=10)
 
     def _context(self) -> Any:
         if self.start_method != "forkserver":

@@ -95,3 +95,24 @@ def test_workers_never_rerun_an_unguarded_main_script(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["TOP-LEVEL", "RAN", "correct"], proc.stdout
         assert "Traceback" not in proc.stderr
+
+
+def _grade_in_child():
+    from forkgym.envs.grading import default_verifier
+
+    # the process-wide verifier every env shares, alive until exit; off the fast path
+    default_verifier().verify("8", r"so \boxed{5+3}")
+
+
+def test_a_multiprocessing_child_that_started_workers_exits():
+    """A child joins its children before Python's exit hooks; unstopped workers hung it."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=_grade_in_child)
+    child.start()
+    child.join(60)
+    exitcode = child.exitcode
+    if exitcode is None:
+        child.kill()
+        child.join()
+    assert exitcode == 0
