@@ -3,14 +3,18 @@
 
 The definition, for one regime:
 
-* Every method that ran in the regime is considered, RL, SFT and TRL alike. A method's curve is
-  its mean held-out accuracy over its seeds at each fraction of the budget the runs were
-  evaluated at (:attr:`RunSummary.at`; an SFT run's fractions are of the gold tokens it trained
-  on, as in the report's table), the last point, 100%, being the final accuracy
+* The methods considered are the ones the bench compares: every RL method that ran in the
+  regime (forkgym's and TRL's). SFT is a reference, not one of them: it spends gold tokens, not
+  generated ones, and its curve can keep rising on a small train side long after the RL
+  methods have flattened (the CheckedSteps pilot: SFT +0.108 in its last half, RLOO +0.016),
+  so it decides only when it is all that ran. A method's curve is its mean held-out accuracy
+  over its seeds at each fraction of the budget the runs were evaluated at
+  (:attr:`RunSummary.at`; an SFT run's fractions are of the gold tokens it trained on, as in
+  the report's table), the last point, 100%, being the final accuracy
   (:attr:`RunSummary.final`). A seed that has no evaluation at a mark is left out of that
   mark's mean.
-* The *best method* is the one with the highest mean final accuracy (the first in the
-  regime's order on a tie).
+* The *best method* is the considered one with the highest mean final accuracy (the first in
+  the regime's order on a tie).
 * Its *last-half gain* is, per seed, the final accuracy minus the accuracy at the middle mark,
   averaged over the seeds, with a 95% t-interval over them (:func:`.stats.interval`; a single
   seed gives none). The middle mark is 50% of the budget; where the preset does not evaluate
@@ -47,7 +51,7 @@ class Plateau:
 
     regime: str
     best: str  # the method with the highest mean final accuracy
-    methods: tuple[str, ...]  # every method considered
+    methods: tuple[str, ...]  # every method considered (the RL ones; SFT only if alone)
     seeds: int  # the best method's seeds
     budget_tokens: int
     accuracy: tuple[tuple[float, float], ...]  # (fraction, best method's mean accuracy), 1.0 last
@@ -80,6 +84,7 @@ def find_plateau(
     ran = {m: rs for m, rs in runs.items() if rs}
     if not ran:
         return None
+    ran = {m: rs for m, rs in ran.items() if rs[0].kind != "sft"} or ran  # SFT: a reference
     best = max(ran, key=lambda m: statistics.fmean(r.final for r in ran[m]))
     rs = ran[best]
     fractions = sorted({f for r in rs for f in r.at if 0 < f < 1} | {1.0})
@@ -132,8 +137,9 @@ def budget_lines(plateaus: list[Plateau]) -> list[str]:
     tolerance = ", ".join(sorted({f"{p.tolerance:g}" for p in plateaus}))
     head = "| regime | budget | best method (seeds) | mean held-out by fraction of the budget | last-half gain | verdict | budget to set |"  # fmt: skip
     lines = [
-        "Is each budget where learning has flattened? For each regime, the method with the "
-        "highest mean final accuracy (RL, SFT and TRL methods alike) and its mean held-out "
+        "Is each budget where learning has flattened? For each regime, the RL method with the "
+        "highest mean final accuracy (SFT, a reference that spends gold tokens, only where no "
+        "RL method ran; its curve is in the regime's table) and its mean held-out "
         "accuracy at each evaluated fraction of the budget; its *last-half gain* is the final "
         "accuracy minus the accuracy at 50% of the budget (where 50% is not evaluated, at the "
         "nearest evaluated fraction below it, or at the warm start; the column names the mark), "

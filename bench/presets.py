@@ -59,7 +59,8 @@ class Regime:
     tune_lrs: tuple[float, ...] = ()
     tune_value_lrs: tuple[float, ...] = ()
     # per method name, more axes of its sweep: algorithm_kwargs and the values they are tried
-    # at (e.g. {"vine": {"rollouts": (2, 4, 8)}, "ppo": {"value_warmup_steps": (0, 6, 12)}})
+    # at (e.g. {"vine": {"rollouts": (2, 4, 8)}, "ppo": {"value_warmup_steps": (0, 6, 12)}}),
+    # or "lr": the method's own learning-rate grid in place of tune_lrs
     tune_options: dict[str, dict[str, tuple[float, ...]]] = field(default_factory=dict)
     ceiling_prompts: int = 0  # > 0: the critic ceiling on this many fresh prompts (PPO's regimes)
     ceiling_stride: int = 1  # score every stride-th action token of a turn (its first included)
@@ -171,16 +172,22 @@ _ARITH_FULL = Regime(
     ceiling_prompts=8,
 )
 
-# the boundary's sweep, the same in every regime and run per regime on the tuning seeds: every
-# method's learning rate; PPO's critic's rate and its pretraining steps (0: none); Vine's
-# continuations per state and the tokens between its states inside a turn. A choice at an edge
-# is followed past it (bench/tuning.py), so a grid only has to bracket the likely choice.
-_BOUNDARY_LRS = (1e-4, 2e-4, 4e-4)
+# the boundary's sweep, run per regime on the tuning seeds: every method's learning rate; PPO's
+# critic's rate and its pretraining steps (0: none); Vine's continuations per state and the
+# tokens between its states inside a turn. A choice at an edge is followed past it
+# (bench/tuning.py), so a grid only has to bracket the likely choice: each learning-rate grid
+# is centred on its pilot's choice (docs/bench.md, "The boundary's pilots"). On arithmetic,
+# RLOO chose 1e-4 (5e-5 and 2e-4 close behind) and SFT 8e-4; on CheckedSteps RLOO chose 5e-5
+# (2e-4 fell to 0.20, 4e-4 to 0.00) and SFT 2e-4. The RL methods share their regime's grid.
+_ARITH_LRS = (5e-5, 1e-4, 2e-4)
+_STEPS_LRS = (2.5e-5, 5e-5, 1e-4)
 _BOUNDARY_VALUE_LRS = (2e-4, 1e-3)
 _BOUNDARY_OPTIONS: dict[str, dict[str, tuple[float, ...]]] = {
     "ppo": {"value_warmup_steps": (0, 6)},
     "vine": {"rollouts": (2, 4), "chunk": (16, 32)},
 }
+_ARITH_OPTIONS = {**_BOUNDARY_OPTIONS, "sft": {"lr": (4e-4, 8e-4, 1.6e-3)}}
+_STEPS_OPTIONS = {**_BOUNDARY_OPTIONS, "sft": {"lr": (1e-4, 2e-4, 4e-4)}}
 # one method per way to an advantage (a group: RLOO and GRPO; a learned critic: PPO; Monte
 # Carlo values from forks: Vine; anchor states: GiGPO, multi-turn only), RAFT and SFT as
 # references; the variants (ReMax, REINFORCE-EMA, the PPO hybrid) stay in `quick` and `full`
@@ -209,7 +216,7 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
     values: dict[str, Any] = dict(
         name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
         budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
-        tune_lrs=_BOUNDARY_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_BOUNDARY_OPTIONS,
+        tune_lrs=_STEPS_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_STEPS_OPTIONS,
         checkpoint_every=1_000,
     )  # fmt: skip
     values.update(more)
@@ -219,10 +226,11 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
 _BOUNDARY = (
     _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
-              length_edges=(8, 16, 24, 32)),
+              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS),
     _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
-              length_edges=(8, 16, 24, 32), warm_name="arithmetic-k8"),
+              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS,
+              warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
               "forkgym/CheckedSteps-v0", _STEPS2, k=8, episodes=16, max_new_tokens=48,
               warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64),

@@ -2,7 +2,9 @@
 
 Before a regime's reported runs, each method runs once per setting of a small grid and per
 tuning seed (the preset's ``tune_seeds``, seeds no reported run uses), with the whole
-generation budget. The grid's axes: the regime's ``tune_lrs``; for PPO's methods, its critic's
+generation budget. The grid's axes: the regime's ``tune_lrs`` (or the method's own ``lr``
+grid in ``tune_options``, e.g. SFT's, whose best rate lies well above the RL methods'); for
+PPO's methods, its critic's
 ``tune_value_lrs``; and the regime's ``tune_options`` for that method, any keyword of its
 algorithm (Vine's ``rollouts``, the critic's ``value_warmup_steps``). Every setting is scored
 on every tuning seed by greedy accuracy on the **validation set** at the end of its budget:
@@ -63,12 +65,16 @@ MAX_EXTENSIONS = 3  # steps past an edge, per axis
 
 
 def axes(regime: Regime, method: Method) -> dict[str, tuple[float, ...]]:
-    """The values each of ``method``'s swept settings takes (``lr`` first)."""
-    found: dict[str, tuple[float, ...]] = {"lr": regime.tune_lrs or (regime.lr,)}
+    """The values each of ``method``'s swept settings takes (``lr`` first: the method's own
+    ``tune_options`` grid for it if it has one, else the regime's ``tune_lrs``)."""
+    options = regime.tune_options.get(method.name, {})
+    found: dict[str, tuple[float, ...]] = {"lr": tuple(options.get("lr", ())) or regime.tune_lrs or (regime.lr,)}  # fmt: skip
     critic = method.kind == "rl" and method.overrides.get("algorithm") == "ppo"
     if critic and regime.tune_value_lrs:
         found["value_lr"] = regime.tune_value_lrs
-    for key, values in regime.tune_options.get(method.name, {}).items():
+    for key, values in options.items():
+        if key == "lr":
+            continue
         if key in found:
             raise ValueError(f"{regime.name}: tune_options[{method.name!r}] repeats {key!r}")
         found[key] = tuple(values)

@@ -15,7 +15,7 @@ def _summary(method: str, seed: int, at: dict[float, float], start: float = 0.2)
     1.0 its final evaluation."""
     curve = [(0.0, 0.0, start)] + [(f * BUDGET, f, acc) for f, acc in sorted(at.items())]
     return RunSummary(
-        method=method, seed=seed, kind="rl", budget=BUDGET, start=start, at=dict(at), curve=curve,
+        method=method, seed=seed, kind="sft" if method == "sft" else "rl", budget=BUDGET, start=start, at=dict(at), curve=curve,
         tokens_generated=BUDGET, last_step_tokens=100, tokens_trained=BUDGET, tokens_sampled=BUDGET,
         tokens_accepted=BUDGET, greedy_tokens=0, steps=10, train_s=1.0, eval_s=1.0, s_per_step=0.1,
         groups={}, infra_failures=0, lengths=[],
@@ -68,8 +68,20 @@ def test_the_best_method_is_the_one_that_ends_highest():
         "grpo": [(0.30, 0.40, 0.55, 0.70), (0.30, 0.42, 0.55, 0.68)],
     })  # fmt: skip
     p = find_plateau("r", BUDGET, runs)
-    assert p is not None and p.best == "grpo" and set(p.methods) == {"sft", "grpo"}
+    assert p is not None and p.best == "grpo" and p.methods == ("grpo",)
     assert not p.at_plateau and p.gain.mean == pytest.approx(0.28)
+
+
+def test_sft_a_reference_decides_only_when_no_rl_method_ran():
+    """sft ends highest and still rises; the compared (RL) methods have flattened."""
+    runs = _runs({
+        "sft": [(0.60, 0.65, 0.70, 0.78), (0.61, 0.66, 0.72, 0.80)],
+        "rloo": [(0.40, 0.45, 0.46, 0.46), (0.41, 0.46, 0.46, 0.47)],
+    })  # fmt: skip
+    p = find_plateau("r", BUDGET, runs)
+    assert p is not None and p.best == "rloo" and p.at_plateau and p.suggested_tokens == 500
+    alone = find_plateau("r", BUDGET, {"sft": runs["sft"]})
+    assert alone is not None and alone.best == "sft" and not alone.at_plateau
 
 
 def test_without_a_half_way_mark_the_nearest_lower_one_is_used():

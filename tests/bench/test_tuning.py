@@ -34,6 +34,13 @@ def test_a_methods_tune_options_are_more_axes_of_its_grid_and_stay_integer():
     assert grid(regime, resolve_method("rloo")) == grid(REGIME, resolve_method("rloo"))
 
 
+def test_a_method_may_have_its_own_learning_rate_grid():
+    regime = replace(REGIME, tune_options={"sft": {"lr": (4e-4, 8e-4)}, "vine": {"lr": (5e-5,), "rollouts": (2, 4)}})  # fmt: skip
+    assert grid(regime, resolve_method("sft")) == [{"lr": 4e-4}, {"lr": 8e-4}]
+    assert grid(regime, resolve_method("vine")) == [{"lr": 5e-5, "rollouts": 2}, {"lr": 5e-5, "rollouts": 4}]  # fmt: skip
+    assert grid(regime, resolve_method("rloo")) == [{"lr": lr} for lr in REGIME.tune_lrs]
+
+
 def test_a_setting_reaches_the_run_and_leaves_the_other_critic_options_alone():
     method = resolve_method("ppo")
     regime, tuned = apply(REGIME, method, {"lr": 3e-4, "value_lr": 1e-3})
