@@ -21,8 +21,10 @@ same fractions of the budget.
   progress; GiGPO's turn-level credit from matched states beside them there). Every regime
   evaluates on one fixed list of 1,000 distinct held-out problems and validates on 300 others.
   Every method is swept per regime on two tuning seeds (its learning rate; PPO's critic's rate
-  and pretraining steps; Vine's continuations and state spacing). Its budgets are still small
-  (30,000 tokens), not yet set where learning flattens.
+  and pretraining steps; Vine's continuations and state spacing). Budgets come from pilots
+  (docs/bench.md, "The boundary's pilots"): 960,000 generated tokens on arithmetic, where the
+  best RL method still gains about 0.04 a doubling; 240,000 on steps2, where it has flattened;
+  480,000 on steps3 until its own pilot.
 """
 
 from __future__ import annotations
@@ -206,16 +208,23 @@ _STEPS2 = {**_STEPS, "steps": 2, "eval_fraction": 0.8}
 # evaluation list of 1,000 distinct problems (the eval side's evaluation part) and its
 # validation tasks
 _ARITH_2_HELD = {**_ARITH_2, "eval_fraction": 0.4}
-_BOUNDARY_BUDGET = 30_000
+# generated tokens per run, from the pilots (docs/boundary/pilot/): RLOO, the best RL method
+# there, gained +0.046 from 240k to 480k tokens and +0.038 from 480k to 960k on arithmetic,
+# still above the plateau rule's 0.02 (bench/plateau.py); twice as much again, ~8 minutes a
+# run on 2 cores, is out of reach for a sweep of ~110 runs, so arithmetic runs at 960k and its
+# report says it is still rising. On steps2 RLOO gained +0.015 from 240k to 480k: at the
+# plateau by 240k. steps3 is not piloted yet: 480k until it is.
+_ARITH_BUDGET = 960_000
+_STEPS2_BUDGET = 240_000
+_STEPS3_BUDGET = 480_000
 
 
 def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k: int, episodes: int, **more: Any) -> Regime:  # fmt: skip
-    """One regime of the boundary preset: K x (episodes / K) prompts a step (sized so that a
-    run gets about 20 steps: PPO's 6 critic-pretraining steps leave it room), the shared
+    """One regime of the boundary preset: K x (episodes / K) prompts a step, the shared
     settings."""
     values: dict[str, Any] = dict(
         name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
-        budget_tokens=_BOUNDARY_BUDGET, methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
+        methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
         tune_lrs=_STEPS_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_STEPS_OPTIONS,
         checkpoint_every=1_000,
     )  # fmt: skip
@@ -226,28 +235,29 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
 _BOUNDARY = (
     _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
-              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS),
+              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS,
+              budget_tokens=_ARITH_BUDGET),
     _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
               length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS,
-              warm_name="arithmetic-k8"),
+              budget_tokens=_ARITH_BUDGET, warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
               "forkgym/CheckedSteps-v0", _STEPS2, k=8, episodes=16, max_new_tokens=48,
               warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64),
-              methods=_MULTI_TURN_METHODS),
+              methods=_MULTI_TURN_METHODS, budget_tokens=_STEPS2_BUDGET),
     _boundary("steps2-k1", "the same task at K = 1: the states' values are readable, and no group exists",
               "forkgym/CheckedSteps-v0", _STEPS2, k=1, episodes=16, max_new_tokens=48,
               warm_accuracy=None, warm_max_tokens=1_200_000, length_edges=(16, 32, 48, 64),
-              methods=_MULTI_TURN_METHODS, warm_name="steps2-k8",
+              methods=_MULTI_TURN_METHODS, budget_tokens=_STEPS2_BUDGET, warm_name="steps2-k8",
               ceiling_prompts=16, ceiling_stride=8, vine_error_prompts=16),
     _boundary("steps3-k8", "CheckedSteps, 3 reported steps (4 turns), K = 8: a longer episode, a sparser reward",
               "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=8, episodes=16, max_new_tokens=48,
               warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64),
-              methods=_MULTI_TURN_METHODS),
+              methods=_MULTI_TURN_METHODS, budget_tokens=_STEPS3_BUDGET),
     _boundary("steps3-k1", "the longer task at K = 1",
               "forkgym/CheckedSteps-v0", {**_STEPS, "steps": 3}, k=1, episodes=16, max_new_tokens=48,
               warm_accuracy=None, warm_max_tokens=1_600_000, length_edges=(16, 32, 48, 64),
-              methods=_MULTI_TURN_METHODS, warm_name="steps3-k8"),
+              methods=_MULTI_TURN_METHODS, budget_tokens=_STEPS3_BUDGET, warm_name="steps3-k8"),
 )  # fmt: skip
 
 PRESETS: dict[str, Preset] = {
