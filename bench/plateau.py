@@ -6,7 +6,7 @@ The definition, for one regime:
 * The methods considered are the ones the bench compares: every RL method that ran in the
   regime (forkgym's and TRL's). SFT is a reference, not one of them: it spends gold tokens, not
   generated ones, and its curve can keep rising on a small train side long after the RL
-  methods have flattened (the CheckedSteps pilot: SFT +0.108 in its last half, RLOO +0.016),
+  methods have flattened (the CheckedSteps pilot: SFT +0.108 in its last half, RLOO +0.015),
   so it decides only when it is all that ran. A method's curve is its mean held-out accuracy
   over its seeds at each fraction of the budget the runs were evaluated at
   (:attr:`RunSummary.at`; an SFT run's fractions are of the gold tokens it trained on, as in

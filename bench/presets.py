@@ -178,11 +178,11 @@ _ARITH_FULL = Regime(
 # critic's rate and its pretraining steps (0: none); Vine's continuations per state and the
 # tokens between its states inside a turn. A choice at an edge is followed past it
 # (bench/tuning.py), so a grid only has to bracket the likely choice: each learning-rate grid
-# is centred on its pilot's choice (docs/bench.md, "The boundary's pilots"). On arithmetic,
-# RLOO chose 1e-4 (5e-5 and 2e-4 close behind) and SFT 8e-4; on CheckedSteps RLOO chose 5e-5
-# (2e-4 fell to 0.20, 4e-4 to 0.00) and SFT 2e-4. The RL methods share their regime's grid.
-_ARITH_LRS = (5e-5, 1e-4, 2e-4)
-_STEPS_LRS = (2.5e-5, 5e-5, 1e-4)
+# is centred on its pilots' choices (docs/bench.md, "The boundary's pilots"). RLOO chose 5e-5
+# on arithmetic at 960k tokens (1e-4 0.702, 2.5e-5 0.668 against 0.720) and on CheckedSteps
+# (2e-4 fell to 0.20, 4e-4 to 0.00); SFT chose 8e-4 on arithmetic and 2e-4 on CheckedSteps.
+# The RL methods share one grid.
+_RL_LRS = (2.5e-5, 5e-5, 1e-4)
 _BOUNDARY_VALUE_LRS = (2e-4, 1e-3)
 _BOUNDARY_OPTIONS: dict[str, dict[str, tuple[float, ...]]] = {
     "ppo": {"value_warmup_steps": (0, 6)},
@@ -225,7 +225,7 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
     values: dict[str, Any] = dict(
         name=name, about=about, env=env, env_kwargs=env_kwargs, k=k, prompts_per_step=episodes // k,
         methods=_BOUNDARY_METHODS, warm_max_tokens=2_000_000,
-        tune_lrs=_STEPS_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_STEPS_OPTIONS,
+        tune_lrs=_RL_LRS, tune_value_lrs=_BOUNDARY_VALUE_LRS, tune_options=_STEPS_OPTIONS,
         checkpoint_every=1_000,
     )  # fmt: skip
     values.update(more)
@@ -235,11 +235,11 @@ def _boundary(name: str, about: str, env: str, env_kwargs: dict[str, Any], *, k:
 _BOUNDARY = (
     _boundary("arithmetic-k8", "2-digit sums, worked answers, K = 8: one reward per episode",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=8, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
-              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS,
+              length_edges=(8, 16, 24, 32), tune_lrs=_RL_LRS, tune_options=_ARITH_OPTIONS,
               budget_tokens=_ARITH_BUDGET),
     _boundary("arithmetic-k1", "the same task at K = 1 (64 prompts a step): no group to compare within",
               "forkgym/Arithmetic-v0", _ARITH_2_HELD, k=1, episodes=64, max_new_tokens=32, warm_accuracy=0.3,
-              length_edges=(8, 16, 24, 32), tune_lrs=_ARITH_LRS, tune_options=_ARITH_OPTIONS,
+              length_edges=(8, 16, 24, 32), tune_lrs=_RL_LRS, tune_options=_ARITH_OPTIONS,
               budget_tokens=_ARITH_BUDGET, warm_name="arithmetic-k8"),
     _boundary("steps2-k8", "CheckedSteps, 2 reported steps (3 turns), K = 8: each tool reply says whether the chain holds",
               "forkgym/CheckedSteps-v0", _STEPS2, k=8, episodes=16, max_new_tokens=48,
