@@ -122,16 +122,36 @@ class Sampled:
     def __init__(self, probe, period: float = 0.005) -> None:
         self.probe, self.period = probe, period
         self.values: list[int] = []
+        self.times: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        self.values.append(self.probe())
+        self.times.append(time.monotonic())
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.values.append(self.probe())
+            self._sample()
             self._stop.wait(self.period)
 
+    def held(self, seconds: float = 0.1) -> int:
+        """The most that every sample over some ``seconds`` saw: a level held, not a blip.
+
+        A sample of several processes reads them one after another, each read taking
+        milliseconds, while a child faults in megabytes per millisecond and another is being
+        killed: one sample may count the dying child's pages and the growing one's together
+        (CI saw 152 MiB against a 128 MiB group). What stays for ``seconds`` is what the
+        group let them hold; without the group, the children hold 300 MiB for a second."""
+        best = self.values[-1]
+        for i, start in enumerate(self.times):
+            window = [v for v, t in zip(self.values[i:], self.times[i:]) if t - start <= seconds]
+            if self.times[-1] - start >= seconds:
+                best = max(best, min(window))
+        return best
+
     def __enter__(self) -> Sampled:
-        self.values.append(self.probe())
+        self._sample()
         self._thread.start()
         return self
 
@@ -764,7 +784,7 @@ def _memory_attack(isolation: str, memory_mb: int = 128):
     marker = _marker()
     with Sampled(lambda: _pss(marker)) as pss, Sampled(_mem_available) as available:
         reply, info, _ = attack(_named(marker) + CHILDREN, isolation=isolation, memory_mb=memory_mb)
-    return reply, info, max(pss.values), available.values[0] - min(available.values)
+    return reply, info, pss.held(), available.values[0] - min(available.values)
 
 
 # The runner's own start-up pages (a few MiB, before any code is sent) are charged where it
@@ -1243,7 +1263,7 @@ def test_a_user_without_root_gets_the_rlimit_fallback_and_a_planted_tree_stays_i
     assert "planted in /scratch" in plant
     assert oct(victim.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in user_dir.iterdir()) == ["victim.txt"]
-    assert max(pss.values) <= 128 * MiB + STARTUP and "child held 0" not in children, children
+    assert pss.held() <= 128 * MiB + STARTUP and "child held 0" not in children, children
     assert int(re.search(r"forks (\d+)", bomb).group(1)) < sandbox["tasks"], bomb
     assert "uid 65534" in identity and "CapBnd 0000000000000000" in identity
 
