@@ -26,7 +26,7 @@ from .plateau import Plateau, budget_lines, find_plateau
 from .presets import Preset, Regime
 from .stats import Comparison, compare, difference, holm, interval, min_detectable
 from .summary import RunSummary
-from .tuning import grid, label, tuning_table
+from .tuning import label, swept, tuning_table
 from .vine_error import vine_error_table
 
 __all__ = [
@@ -520,7 +520,7 @@ def check_report(out: str | Path, preset: Preset, methods: list[str] | None = No
             method = resolve_method(name)
             if method.kind == "trl" or (method.needs_group and regime.k < 2):
                 continue
-            if preset.tune_seeds and len(grid(regime, method)) > 1:
+            if swept(regime, preset, method):
                 record = out / regime.name / "tune" / f"{name}.json"
                 if not record.exists() or not json.loads(record.read_text())["scores"]:
                     problems.append(f"{regime.name}/{name}: no learning-rate sweep recorded")

@@ -14,6 +14,12 @@ demonstration) that are not among the reported evaluation's problems
 report scores. A setting's score is its mean over the seeds; the best one wins (a tie: the
 one run first).
 
+A regime may search its axes one at a time instead (``tune_crossed`` False): the learning
+rate's values first, every other axis held at the method's own value (or the axis's first);
+then each other axis's values at the choice so far, one axis after another. PPO's 3 rates, 2
+critic rates and 2 warm-ups are then 5 settings instead of 12; an interaction between two
+axes that only their joint change reveals is what that gives up.
+
 A choice at the lowest or highest value of an axis with two or more values says only that the
 best may lie past the grid, so the sweep then runs one more value one step past that edge (the
 others at the current choice; the step is the ratio of the two edge-most values, or their
@@ -55,6 +61,7 @@ __all__ = [
     "grid",
     "grid_runs",
     "label",
+    "swept",
     "tune",
     "tuning_table",
 ]
@@ -81,9 +88,21 @@ def axes(regime: Regime, method: Method) -> dict[str, tuple[float, ...]]:
     return found
 
 
+def _base(method: Method, axis: str, values: tuple[float, ...]) -> float:
+    """Where a coordinate search holds ``axis`` while another axis moves: the method's own
+    value when the grid has it, else the grid's first."""
+    own = method.overrides.get("algorithm_kwargs", {}).get(axis)
+    return own if own in values else values[0]
+
+
 def grid(regime: Regime, method: Method) -> list[Setting]:
-    """The settings ``method`` is tried at (one, the regime's ``lr``, without a sweep)."""
+    """The settings ``method`` is tried at before any choice (one, the regime's ``lr``,
+    without a sweep): every combination of the axes' values, or, in a coordinate search
+    (``regime.tune_crossed`` False), the learning rate's values with each other axis held."""
     found = axes(regime, method)
+    if not regime.tune_crossed:
+        held = {axis: _base(method, axis, values) for axis, values in found.items()}
+        return [{**held, "lr": lr} for lr in found["lr"]]
     return [dict(zip(found, values, strict=True)) for values in itertools.product(*found.values())]
 
 
@@ -163,6 +182,14 @@ def _sweep(
     for setting in grid(regime, method):
         evaluate(setting)
     choice = best()
+    # a coordinate search: each other axis's values at the choice so far, in turn
+    for axis, values in found.items():
+        if regime.tune_crossed or axis == "lr":
+            continue
+        for value in values:
+            if not any(s["setting"] == {**choice, axis: value} for s in scores):
+                evaluate({**choice, axis: value})
+        choice = best()
     extended = dict.fromkeys(found, 0)
     moved = True
     while moved:
@@ -196,8 +223,9 @@ def _run_folder(out: Path, regime: Regime, method: Method, setting: Setting, see
     return _tuning(out, regime) / f"{method.name}-{label(setting)}-seed{seed}"
 
 
-def _swept(regime: Regime, preset: Preset, method: Method) -> bool:
-    return bool(preset.tune_seeds) and len(grid(regime, method)) > 1
+def swept(regime: Regime, preset: Preset, method: Method) -> bool:
+    """Whether ``method`` is swept in ``regime``: tuning seeds and more than one setting."""
+    return bool(preset.tune_seeds) and math.prod(map(len, axes(regime, method).values())) > 1
 
 
 def grid_runs(out: Path, regime: Regime, preset: Preset, method: Method) -> Runs:
@@ -206,7 +234,7 @@ def grid_runs(out: Path, regime: Regime, preset: Preset, method: Method) -> Runs
     run side by side before :func:`tune`, which then only reads their scores (and runs the
     steps past an edge, each chosen after the one before). None once the sweep is recorded,
     or without one."""
-    if (_tuning(out, regime) / f"{method.name}.json").exists() or not _swept(regime, preset, method):  # fmt: skip
+    if (_tuning(out, regime) / f"{method.name}.json").exists() or not swept(regime, preset, method):  # fmt: skip
         return []
     return [
         run
@@ -245,7 +273,7 @@ def tune(
     if record_path.exists():
         return json.loads(record_path.read_text())
     # no sweep (no tuning seeds, or a grid of one setting): chosen elsewhere, or `lr`
-    if not _swept(regime, preset, method):
+    if not swept(regime, preset, method):
         choice = dict(regime.fixed.get(method.name, {"lr": regime.lr}))
         record: dict[str, Any] = {"choice": choice, "scores": [], "seeds": [], "edge": []}
     else:
@@ -279,9 +307,15 @@ def tuning_table(out: Path, regime: Regime, preset: Preset) -> list[str]:
         return []
     episodes = preset.validation_episodes or preset.eval_episodes
     seeds = ", ".join(str(s) for s in preset.tune_seeds)
+    how = (
+        "every combination of their values"
+        if regime.tune_crossed
+        else "one axis at a time: the learning rates with the others held at the method's own "
+        "value, then each other axis's values at the choice so far"
+    )
     lines = [
-        f"Each method's settings (its learning rate; PPO's crossed with its critic's; any other "
-        f"option the regime sweeps) were each run on the tuning seeds ({seeds}), which no "
+        f"Each method's settings (its learning rate; PPO's critic's; any other option the "
+        f"regime sweeps; {how}) were each run on the tuning seeds ({seeds}), which no "
         f"reported run uses, and scored by the mean over those seeds of greedy accuracy at the "
         f"end of the budget on {episodes} validation problems: eval-side problems that are none "
         f"of the reported evaluation's, so the choice never saw a reported task. A choice at the "

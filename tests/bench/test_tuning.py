@@ -10,7 +10,7 @@ import pytest
 from forkgym.bench import PRESETS
 from forkgym.bench.held_out import _content_keys, evaluation_tasks, validation_tasks
 from forkgym.bench.methods import resolve_method
-from forkgym.bench.tuning import MAX_EXTENSIONS, apply, grid, tune, tuning_table
+from forkgym.bench.tuning import MAX_EXTENSIONS, apply, grid, swept, tune, tuning_table
 
 SMOKE = PRESETS["smoke"]
 REGIME = SMOKE.regimes[0]
@@ -194,6 +194,55 @@ def test_nothing_is_tried_past_a_bound(tmp_path):
     record = tune(tmp_path, regime, SMOKE, resolve_method("ppo"), fake_run(score, runs), print)
     assert len(runs) == 2 * 6  # the grid alone
     assert record["choice"] == {"lr": 3e-4, "value_warmup_steps": 0} and record["edge"] == []
+
+
+COORDINATE = replace(
+    REGIME,
+    tune_lrs=(1e-4, 3e-4, 9e-4),
+    tune_value_lrs=(2e-4, 1e-3),
+    tune_options={
+        "ppo": {"value_warmup_steps": (0, 6)},
+        "vine": {"rollouts": (2, 4), "chunk": (16, 32)},
+    },
+    tune_crossed=False,
+)
+
+
+def test_a_coordinate_search_starts_with_the_rates_and_the_methods_own_values():
+    own = resolve_method("vine").overrides["algorithm_kwargs"]
+    assert (own["rollouts"], own["chunk"]) == (4, 16)
+    assert grid(COORDINATE, resolve_method("vine")) == [{"lr": lr, "rollouts": 4, "chunk": 16} for lr in COORDINATE.tune_lrs]  # fmt: skip
+    # PPO's warm-up is its own (6); its critic's rate is not set, so the grid's first
+    ppo = grid(COORDINATE, resolve_method("ppo"))
+    assert ppo == [{"lr": lr, "value_lr": 2e-4, "value_warmup_steps": 6} for lr in COORDINATE.tune_lrs]  # fmt: skip
+    assert grid(COORDINATE, resolve_method("rloo")) == [{"lr": lr} for lr in COORDINATE.tune_lrs]
+    # one rate but another axis: still a sweep
+    one_rate = replace(COORDINATE, tune_lrs=(1e-4,))
+    assert len(grid(one_rate, resolve_method("vine"))) == 1 and swept(one_rate, SMOKE, resolve_method("vine"))  # fmt: skip
+    assert not swept(one_rate, SMOKE, resolve_method("rloo"))
+
+
+def test_a_coordinate_search_moves_one_axis_at_a_time_from_the_choice_so_far(tmp_path):
+    runs = []
+
+    def score(lr, kwargs, seed):  # rate best at 3e-4, 2 continuations best, chunk indifferent
+        return peaked(3e-4)(lr, kwargs, seed) - abs(kwargs["rollouts"] - 2) / 100
+
+    record = tune(tmp_path, COORDINATE, SMOKE, resolve_method("vine"), fake_run(score, runs), print)
+    tried = [
+        (lr, kwargs["rollouts"], kwargs["chunk"]) for lr, kwargs, seed, _ in runs if seed == 100
+    ]
+    assert tried == [
+        (1e-4, 4, 16), (3e-4, 4, 16), (9e-4, 4, 16),  # the rates, the rest held
+        (3e-4, 2, 16),  # continuations at the chosen rate
+        (3e-4, 2, 32),  # chunk at the choice so far (a tie: the first run stays)
+        (3e-4, 1, 16),  # 2 continuations are the lower edge: one step past it (worse)
+        (3e-4, 2, 8),  # so is a chunk of 16 (a tie again)
+    ]  # fmt: skip
+    assert record["choice"] == {"lr": 3e-4, "rollouts": 2, "chunk": 16}
+    crossed = tune(tmp_path / "crossed", replace(COORDINATE, tune_crossed=True), SMOKE, resolve_method("vine"), fake_run(score), print)  # fmt: skip
+    assert crossed["choice"] == record["choice"] and len(crossed["scores"]) > 2 * len(record["scores"]) - 2  # fmt: skip
+    assert "one axis at a time" in "\n".join(tuning_table(tmp_path, COORDINATE, SMOKE))
 
 
 def test_a_resumed_sweep_never_reruns_a_finished_run(tmp_path):

@@ -145,7 +145,11 @@ class Sampled:
         group let them hold; without the group, the children hold 300 MiB for a second."""
         best = self.values[-1]
         for i, start in enumerate(self.times):
-            window = [v for v, t in zip(self.values[i:], self.times[i:]) if t - start <= seconds]
+            window = [
+                v
+                for v, t in zip(self.values[i:], self.times[i:], strict=True)
+                if t - start <= seconds
+            ]
             if self.times[-1] - start >= seconds:
                 best = max(best, min(window))
         return best
