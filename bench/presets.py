@@ -188,7 +188,7 @@ _ARITH_FULL = Regime(
 # (2e-4 fell to 0.20, 4e-4 to 0.00); SFT chose 8e-4 on arithmetic and 2e-4 on CheckedSteps.
 # The RL methods share one grid. The axes are searched one at a time (`tune_crossed`
 # False): PPO's and Vine's 5 settings each instead of 12 take the regime's sweep from 72
-# runs to 44 (each ~4 minutes at 960k tokens on 2 cores).
+# runs to 44 (at 960k tokens, 3 to 8 minutes each, two side by side on 2 cores).
 _RL_LRS = (2.5e-5, 5e-5, 1e-4)
 _BOUNDARY_VALUE_LRS = (2e-4, 1e-3)
 _BOUNDARY_OPTIONS: dict[str, dict[str, tuple[float, ...]]] = {

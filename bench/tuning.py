@@ -182,14 +182,13 @@ def _sweep(
     for setting in grid(regime, method):
         evaluate(setting)
     choice = best()
-    # a coordinate search: each other axis's values at the choice so far, in turn
-    for axis, values in found.items():
-        if regime.tune_crossed or axis == "lr":
-            continue
-        for value in values:
-            if not any(s["setting"] == {**choice, axis: value} for s in scores):
-                evaluate({**choice, axis: value})
-        choice = best()
+    if not regime.tune_crossed:  # each other axis's values at the choice so far, in turn
+        for axis in (a for a in found if a != "lr"):
+            tried = [s["setting"] for s in scores]
+            for setting in ({**choice, axis: value} for value in found[axis]):
+                if setting not in tried:
+                    evaluate(setting)
+            choice = best()
     extended = dict.fromkeys(found, 0)
     moved = True
     while moved:

@@ -142,17 +142,15 @@ class Sampled:
         milliseconds, while a child faults in megabytes per millisecond and another is being
         killed: one sample may count the dying child's pages and the growing one's together
         (CI saw 152 MiB against a 128 MiB group). What stays for ``seconds`` is what the
-        group let them hold; without the group, the children hold 300 MiB for a second."""
-        best = self.values[-1]
-        for i, start in enumerate(self.times):
-            window = [
-                v
-                for v, t in zip(self.values[i:], self.times[i:], strict=True)
-                if t - start <= seconds
-            ]
-            if self.times[-1] - start >= seconds:
-                best = max(best, min(window))
-        return best
+        group let them hold; without the group, the children hold 300 MiB for a second. A
+        block shorter than ``seconds`` has no such level: then the highest sample counts."""
+        samples = list(zip(self.times, self.values, strict=True))
+        levels = [
+            min(v for t, v in samples[i:] if t - start <= seconds)
+            for i, (start, _) in enumerate(samples)
+            if samples[-1][0] - start >= seconds
+        ]
+        return max(levels, default=max(self.values))
 
     def __enter__(self) -> Sampled:
         self._sample()
